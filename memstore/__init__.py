@@ -1,0 +1,58 @@
+"""memstore: chat memory for tool-calling LLM agents that survives restarts.
+
+Two tables (display history and full original history, ordered by snowflake ids), a cached
+memory window per app, and a loader whose edge check keeps tool requests and their results
+together, so the window is always one OpenAI, Anthropic and LangChain4j accept.
+"""
+
+from memstore.config import Settings
+from memstore.errors import (
+    ClockMovedBackwardsError,
+    ConfigurationError,
+    InvalidAppIdError,
+    InvalidInputError,
+    InvalidMessageError,
+    MemstoreError,
+    MessageTooLargeError,
+    SchemaError,
+    StorageError,
+    UnknownToolCallError,
+)
+from memstore.messages import (
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolRequest,
+    ToolResult,
+    UserMessage,
+)
+from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.store import ChatMemory, MemoryStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AiMessage",
+    "ChatMemory",
+    "ClockMovedBackwardsError",
+    "ConfigurationError",
+    "DisplayEntry",
+    "InvalidAppIdError",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "MemoryStore",
+    "MemstoreError",
+    "Message",
+    "MessageTooLargeError",
+    "PurgeReport",
+    "ReloadReport",
+    "SchemaError",
+    "Settings",
+    "StorageError",
+    "SystemMessage",
+    "ToolRequest",
+    "ToolResult",
+    "UnknownToolCallError",
+    "UserMessage",
+    "__version__",
+]

@@ -1,0 +1,77 @@
+"""What a window cache promises, and the entry codec the Redis caches share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memstore.core.window import WindowEntry
+from memstore.messages import MESSAGE_LIST_ADAPTER, Message
+
+ID_SEPARATOR = "\x1f"
+HEADER_END = "\x1e"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPolicy:
+    """How big a cached window may grow and how long it lives."""
+
+    max_messages: int
+    ttl_seconds: int
+    start_at_user: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CachedWindow:
+    """A cache read: the window (``None`` on a miss) and the version to guard a rebuild with."""
+
+    messages: list[Message] | None
+    version: str
+
+
+class WindowCache(Protocol):
+    """A rebuildable projection of the newest messages of each app. Never a point of failure:
+    implementations swallow their own errors, report a miss, and log a warning."""
+
+    def read(self, app_id: str) -> CachedWindow:
+        """The cached window, or a miss; the version is taken in the same step."""
+        ...
+
+    def store(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        synthetic_call_ids: Sequence[str],
+        expected_version: str,
+    ) -> bool:
+        """Replace the window unless a write happened since ``expected_version`` was read."""
+        ...
+
+    def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
+        """Append and trim group-safe; do nothing when no window is cached."""
+        ...
+
+    def invalidate(self, app_id: str) -> None:
+        """Drop the window so the next read rebuilds it."""
+        ...
+
+    def purge(self, app_id: str) -> int:
+        """Delete every key of the app; return how many existed."""
+        ...
+
+    def close(self) -> None:
+        """Release connections the cache owns."""
+        ...
+
+
+def encode_entry(entry: WindowEntry) -> bytes:
+    """``<kind><call ids joined by 0x1f><0x1e><message JSON>``, readable by the Lua scripts."""
+    header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + HEADER_END
+    return header.encode("utf-8") + entry.message.model_dump_json().encode("utf-8")
+
+
+def decode_entries(raw: Sequence[bytes]) -> list[Message]:
+    """Decode a whole window in one validation pass."""
+    bodies = [item[item.index(b"\x1e") + 1 :] for item in raw]
+    return MESSAGE_LIST_ADAPTER.validate_json(b"[" + b",".join(bodies) + b"]")

@@ -1,0 +1,108 @@
+"""The Lua scripts behind the Redis window: each change is one atomic round trip.
+
+They implement the same rules as :func:`memstore.core.window.eviction_count` and
+:func:`memstore.core.window.can_append_result` (a test runs both on random windows).
+Entries are ``<kind><ids><0x1e><json>`` (see :func:`memstore.cache.base.encode_entry`).
+KEYS are always ``window, interrupted, version`` of one app.
+"""
+
+from __future__ import annotations
+
+APPEND = r"""
+local ttl = tonumber(ARGV[1])
+redis.call('INCR', KEYS[3])
+redis.call('EXPIRE', KEYS[3], ttl)
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local function header(e)
+  local sep = string.find(e, '\30', 1, true)
+  return string.sub(e, 2, sep - 1)
+end
+local function requested(ids, id)
+  for part in string.gmatch(ids, '[^\31]+') do
+    if part == id then return true end
+  end
+  return false
+end
+local function invalidate()
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return -1
+end
+for i = 4, #ARGV do
+  local e = ARGV[i]
+  if string.sub(e, 1, 1) == 'T' then
+    local id = header(e)
+    if redis.call('SISMEMBER', KEYS[2], id) == 1 then return invalidate() end
+    local idx = -1
+    local verdict = nil
+    while verdict == nil do
+      local t = redis.call('LINDEX', KEYS[1], idx)
+      if not t then
+        verdict = 'invalidate'
+      else
+        local kind = string.sub(t, 1, 1)
+        if kind == 'T' then
+          if header(t) == id then verdict = 'skip' end
+          idx = idx - 1
+        elseif kind == 'R' and requested(header(t), id) then
+          verdict = 'append'
+        else
+          verdict = 'invalidate'
+        end
+      end
+    end
+    if verdict == 'invalidate' then return invalidate() end
+    if verdict == 'append' then redis.call('RPUSH', KEYS[1], e) end
+  else
+    local results = 0
+    local idx = -1
+    local t = redis.call('LINDEX', KEYS[1], idx)
+    while t and string.sub(t, 1, 1) == 'T' do
+      results = results + 1
+      idx = idx - 1
+      t = redis.call('LINDEX', KEYS[1], idx)
+    end
+    if t and string.sub(t, 1, 1) == 'R' then
+      local requested_count = 0
+      for _ in string.gmatch(header(t), '[^\31]+') do requested_count = requested_count + 1 end
+      if results < requested_count then return invalidate() end
+    end
+    redis.call('RPUSH', KEYS[1], e)
+  end
+end
+local len = redis.call('LLEN', KEYS[1])
+local drop = len - tonumber(ARGV[2])
+if drop < 0 then drop = 0 end
+while drop > 0 and drop < len and string.sub(redis.call('LINDEX', KEYS[1], drop), 1, 1) == 'T' do
+  drop = drop - 1
+end
+if ARGV[3] == '1' then
+  while drop < len and string.sub(redis.call('LINDEX', KEYS[1], drop), 1, 1) ~= 'U' do
+    drop = drop + 1
+  end
+end
+if drop >= len then return invalidate() end
+if drop > 0 then redis.call('LTRIM', KEYS[1], drop, -1) end
+redis.call('EXPIRE', KEYS[1], ttl)
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
+return 1
+"""
+"""ARGV: ttl, max messages, start_at_user ('1'/'0'), entries... Returns 1 appended,
+0 no window cached (left missing on purpose), -1 window dropped for a rebuild."""
+
+STORE = r"""
+local current = redis.call('GET', KEYS[3]) or ''
+if current ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+local ttl = tonumber(ARGV[2])
+local synthetic = tonumber(ARGV[3])
+for i = 4, 3 + synthetic do redis.call('SADD', KEYS[2], ARGV[i]) end
+if synthetic > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+local first = 4 + synthetic
+for i = first, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if #ARGV >= first then redis.call('EXPIRE', KEYS[1], ttl) end
+return 1
+"""
+"""ARGV: expected version ('' when none), ttl, number of synthetic ids, those ids, entries...
+Returns 1 stored, 0 refused because a write happened since the version was read."""

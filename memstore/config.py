@@ -1,0 +1,112 @@
+"""Settings: one pydantic model, filled from ``MEMSTORE_*`` environment variables by ``from_env``.
+
+>>> from memstore import Settings
+>>> Settings(database_url="sqlite:///memstore.db", redis_url=None).window_size
+60
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from memstore.errors import ConfigurationError
+
+ENV_PREFIX = "MEMSTORE_"
+
+
+class Settings(BaseModel):
+    """Everything memstore can be configured with. Each field maps to ``MEMSTORE_<FIELD>``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str = "sqlite:///memstore.db"
+    """SQLAlchemy URL of the history database (the source of truth)."""
+    redis_url: str | None = None
+    """Redis URL of the memory windows; ``None`` keeps them in an in-process cache."""
+    window_size: int = Field(default=60, ge=1, le=100_000)
+    """Most messages a cached window keeps; adding more evicts from the front, group-safe."""
+    reload_max: int = Field(default=50, ge=1, le=100_000)
+    """How many messages a rebuild (cache miss, ``reload``) loads from SQL."""
+    cache_ttl_seconds: int = Field(default=3600, ge=1)
+    """TTL of a window key, refreshed on every write."""
+    worker_id: int = Field(default=0, ge=0, le=1023)
+    """Snowflake worker id; give every process that writes to the same database its own."""
+    max_text_bytes: int = Field(default=1024 * 1024, ge=1)
+    """Largest text, tool-result or arguments field accepted, in UTF-8 bytes."""
+    window_start_at_user: bool = False
+    """Make every window start at a user message (Anthropic and Gemini need it)."""
+    redis_timeout_seconds: float = Field(default=0.5, gt=0)
+    """Socket timeout for Redis calls; past it the call counts as a cache failure."""
+    clock_backwards_max_wait_ms: int = Field(default=2000, ge=0)
+    """How long the id generator waits out a clock that stepped back before failing."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError as error:
+            raise ValueError(f"not a database URL: {value!r}") from error
+        backend = url.get_backend_name()
+        if backend not in ("sqlite", "postgresql", "mysql", "mariadb"):
+            raise ValueError(f"unsupported database {backend!r}: use sqlite, postgresql or mysql")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {value!r}")
+        return value
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                for e in error.errors(include_url=False)
+            )
+            raise ConfigurationError(f"invalid memstore settings: {details}") from error
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read every ``MEMSTORE_<FIELD>`` variable that is set; ``overrides`` win over them."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw.strip() != "":
+                values[name] = _coerce(name, raw.strip())
+        values.update(overrides)
+        return cls(**values)
+
+
+def _coerce(name: str, raw: str) -> Any:
+    annotation = Settings.model_fields[name].annotation
+    if annotation is int:
+        try:
+            return int(raw)
+        except ValueError as error:
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be an integer") from error
+    if annotation is float:
+        try:
+            return float(raw)
+        except ValueError as error:
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a number") from error
+    if annotation is bool:
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be true or false")
+    return raw

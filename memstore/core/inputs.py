@@ -1,0 +1,78 @@
+"""Input checks that run before anything is written: ids and message limits."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+
+from memstore.errors import InvalidAppIdError, InvalidMessageError, MessageTooLargeError
+from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
+
+MAX_ID_CHARS = 128
+MAX_CALL_ID_CHARS = 255
+
+
+def normalize_app_id(app_id: object, *, what: str = "app_id") -> str:
+    """Return ``app_id`` as the string stored in the database, or raise ``InvalidAppIdError``.
+
+    Strings of 1-128 characters without control characters are kept as they are (no trimming,
+    no case folding: ids compare byte for byte). Integers become their decimal string.
+    """
+    if isinstance(app_id, bool) or not isinstance(app_id, (str, int)):
+        raise InvalidAppIdError(f"{what} must be a string or an int, got {type(app_id).__name__}")
+    value = str(app_id) if isinstance(app_id, int) else app_id
+    if not value:
+        raise InvalidAppIdError(f"{what} must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidAppIdError(f"{what} is {len(value)} characters long; the limit is 128")
+    for char in value:
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            raise InvalidAppIdError(
+                f"{what} contains the control character U+{ord(char):04X}; ids must be printable"
+            )
+    return value
+
+
+def normalize_user_id(user_id: object) -> str | None:
+    """Like :func:`normalize_app_id`, with ``None`` allowed."""
+    return None if user_id is None else normalize_app_id(user_id, what="user_id")
+
+
+def _check_text(value: str, field: str, limit: int) -> None:
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        raise InvalidMessageError(
+            f"{field} is not valid unicode (lone surrogate at {error.start})"
+        ) from error
+    if "\x00" in value:
+        raise InvalidMessageError(f"{field} contains a NUL character, which databases reject")
+    if size > limit:
+        raise MessageTooLargeError(f"{field} is {size} bytes; the limit is {limit} bytes")
+
+
+def _check_call_id(value: str, field: str) -> None:
+    _check_text(value, field, MAX_CALL_ID_CHARS * 4)
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        raise InvalidMessageError(f"{field} contains a control character")
+    if len(value) > MAX_CALL_ID_CHARS:
+        raise InvalidMessageError(f"{field} is longer than {MAX_CALL_ID_CHARS} characters")
+
+
+def check_messages(messages: Iterable[Message], max_text_bytes: int) -> None:
+    """Raise before writing when any text, name or arguments field breaks the limits."""
+    for position, message in enumerate(messages):
+        where = f"message {position} ({message.type})"
+        if isinstance(message, (UserMessage, SystemMessage)):
+            _check_text(message.text, f"{where} text", max_text_bytes)
+        elif isinstance(message, ToolResult):
+            _check_call_id(message.id, f"{where} id")
+            _check_text(message.tool_name, f"{where} tool_name", max_text_bytes)
+            _check_text(message.text, f"{where} text", max_text_bytes)
+        elif isinstance(message, AiMessage):
+            if message.text is not None:
+                _check_text(message.text, f"{where} text", max_text_bytes)
+            for call in message.tool_requests:
+                _check_call_id(call.id, f"{where} tool call id")
+                _check_text(call.name, f"{where} tool name", max_text_bytes)
+                _check_text(call.arguments, f"{where} arguments of {call.id!r}", max_text_bytes)

@@ -1,0 +1,57 @@
+"""The row codec: canonical messages to and from ``chat_history_original`` rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from memstore.errors import StorageError
+from memstore.messages import MESSAGE_ADAPTER, AiMessage, Message, ToolResult
+
+USER = "user"
+AI = "ai"
+TOOL_REQUEST = "toolExecutionRequest"
+TOOL_RESULT = "toolExecutionResult"
+SYSTEM = "system"
+
+
+def message_type(message: Message) -> str:
+    """The ``message_type`` column value for ``message``."""
+    if isinstance(message, AiMessage):
+        return TOOL_REQUEST if message.tool_requests else AI
+    if isinstance(message, ToolResult):
+        return TOOL_RESULT
+    return SYSTEM if message.type == "system" else USER
+
+
+def encode_payload(message: Message) -> str:
+    """The payload column: the message's canonical JSON (arguments kept verbatim inside it)."""
+    return message.model_dump_json()
+
+
+def decode_payload(payload: str, row_id: int) -> Message:
+    """Parse a payload column back into a message; a corrupt row is a ``StorageError``."""
+    try:
+        return MESSAGE_ADAPTER.validate_json(payload)
+    except (ValidationError, ValueError) as error:
+        raise StorageError(
+            f"row {row_id} of chat_history_original has a corrupt payload"
+        ) from error
+
+
+def original_row(
+    row_id: int, app_id: str, user_id: str | None, message: Message, now: Any
+) -> dict[str, Any]:
+    """The full column dict of one original-history row."""
+    return {
+        "id": row_id,
+        "app_id": app_id,
+        "user_id": user_id,
+        "message_type": message_type(message),
+        "tool_call_id": message.id if isinstance(message, ToolResult) else None,
+        "payload": encode_payload(message),
+        "created_at": now,
+        "updated_at": now,
+        "is_deleted": False,
+    }

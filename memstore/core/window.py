@@ -1,0 +1,305 @@
+"""Window assembly and the edge check, as pure functions over stored rows.
+
+The loader hands :func:`select_window` the newest rows of an app (chronological, a small
+look-ahead beyond ``max_messages``); it answers with the window the model gets and whether
+older rows are needed to complete a tool group that reaches past the rows it was given.
+
+Guarantees of every returned window, whatever the rows hold:
+
+* it never starts with a tool result; a tool group (an AI message with tool requests plus the
+  results of those requests) is either wholly inside or wholly outside;
+* each tool result directly follows the AI message holding its request, with only results of
+  that group in between; results stored late (after other messages) are moved up to it;
+* every request is answered; a request without a stored result gets a synthetic error result
+  (:func:`interrupted_result`), never a fake success;
+* results whose request does not exist (legacy orphans) and repeated results for an already
+  answered call are skipped and counted;
+* no call id appears in two requests: when a model reused a call id, the window starts just
+  after the older group holding it (both providers reject duplicate call ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
+
+SYNTHETIC_MARK = "memstore_synthetic"
+INTERRUPTED_TEXT = (
+    "Tool call was interrupted before its result was recorded; it may or may not have run. "
+    "Check the current state before calling it again."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message with the snowflake id of its row in the original history."""
+
+    id: int
+    message: Message
+
+
+@dataclass(slots=True)
+class WindowStats:
+    """What the edge check did while building a window."""
+
+    widened_groups: int = 0
+    """Tool groups that made the window reach back past ``max_messages``."""
+    interrupted_answered: int = 0
+    """Requests without a stored result, answered with a synthetic interrupted result."""
+    orphans_skipped: int = 0
+    """Results whose request does not exist, left out."""
+    duplicate_results_skipped: int = 0
+    """Second and later results for an already answered call id, left out."""
+
+
+@dataclass(slots=True)
+class Window:
+    """The outcome of :func:`select_window`."""
+
+    messages: list[Message]
+    stats: WindowStats
+    needs_older_rows: bool = False
+    """True when older rows could change the window: a result inside it may belong to a request
+    older than the rows given, or the rows ran out before the window was full."""
+    synthetic_call_ids: list[str] = field(default_factory=list)
+    """Call ids answered by a synthetic interrupted result."""
+
+
+def interrupted_result(request_id: str, tool_name: str) -> ToolResult:
+    """The synthetic answer to a request whose result was never stored."""
+    return ToolResult(
+        id=request_id,
+        tool_name=tool_name,
+        text=INTERRUPTED_TEXT,
+        is_error=True,
+        metadata={SYNTHETIC_MARK: "interrupted"},
+    )
+
+
+def is_synthetic(message: Message) -> bool:
+    """True for results the loader made up (interrupted calls); they are never stored."""
+    return isinstance(message, ToolResult) and SYNTHETIC_MARK in message.metadata
+
+
+@dataclass(slots=True)
+class _Group:
+    request: AiMessage
+    results: dict[str, ToolResult] = field(default_factory=dict)
+
+    def messages(self, synthetic: list[str]) -> list[Message]:
+        out: list[Message] = [self.request]
+        out.extend(self.results.values())
+        for call in self.request.tool_requests:
+            if call.id not in self.results:
+                out.append(interrupted_result(call.id, call.name))
+                synthetic.append(call.id)
+        return out
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.request.tool_requests)
+
+
+# A unit is the smallest piece a window may hold: one plain message, one whole tool group,
+# or a result whose request is not among the rows (resolved later or dropped as an orphan).
+_Unit = UserMessage | AiMessage | ToolResult | SystemMessage | _Group
+
+
+def _assemble(rows: Sequence[StoredMessage], stats: WindowStats) -> list[tuple[_Unit, bool]]:
+    """Turn chronological rows into units; the flag marks results with no request in ``rows``."""
+    units: list[tuple[_Unit, bool]] = []
+    open_requests: dict[str, _Group] = {}
+    for row in rows:
+        message = row.message
+        if isinstance(message, ToolResult):
+            group = open_requests.get(message.id)
+            if group is None:
+                units.append((message, True))
+            elif message.id in group.results:
+                stats.duplicate_results_skipped += 1
+            else:
+                group.results[message.id] = message
+        elif isinstance(message, AiMessage) and message.tool_requests:
+            group = _Group(message)
+            for call in message.tool_requests:
+                open_requests[call.id] = group  # a reused id binds to its latest request
+            units.append((group, False))
+        else:
+            units.append((message, False))
+    return units
+
+
+def _unit_size(unit: _Unit) -> int:
+    return unit.size if isinstance(unit, _Group) else 1
+
+
+def select_window(
+    rows: Sequence[StoredMessage],
+    max_messages: int,
+    *,
+    start_at_user: bool = False,
+    history_complete: bool = True,
+) -> Window:
+    """Choose the newest ``max_messages`` messages of ``rows`` (chronological) with the edge check.
+
+    ``history_complete`` says that no rows older than ``rows`` can hold a request for the
+    results in ``rows`` (the app's history starts there, or the older rows were already
+    searched); then results without a request are orphans. Otherwise such a result inside the
+    window, or rows too few to fill the window, set ``needs_older_rows`` and the caller should
+    retry with older rows prepended. The window may exceed ``max_messages`` by the size of its
+    oldest tool group; it starts after a group whose call id a newer group reuses.
+    """
+    if max_messages < 1:
+        raise ValueError("max_messages must be at least 1")
+    stats = WindowStats()
+    units = _assemble(rows, stats)
+
+    chosen: list[_Unit] = []
+    chosen_call_ids: set[str] = set()
+    total = 0
+    needs_older = False
+    for unit, unresolved in reversed(units):
+        if total >= max_messages:
+            break
+        if unresolved:
+            if not history_complete:
+                needs_older = True
+            stats.orphans_skipped += 1
+            continue
+        if isinstance(unit, _Group):
+            call_ids = {call.id for call in unit.request.tool_requests}
+            if not call_ids.isdisjoint(chosen_call_ids):
+                break  # a newer group reuses a call id; providers reject duplicate ids
+            chosen_call_ids |= call_ids
+        size = _unit_size(unit)
+        if total + size > max_messages:
+            stats.widened_groups += 1
+        chosen.append(unit)
+        total += size
+    else:
+        if not history_complete and total < max_messages:
+            needs_older = True  # the rows ran out before the window was full
+    chosen.reverse()
+
+    if start_at_user:
+        first_user = next(
+            (i for i, unit in enumerate(chosen) if isinstance(unit, UserMessage)), len(chosen)
+        )
+        chosen = chosen[first_user:]
+
+    synthetic: list[str] = []
+    messages: list[Message] = []
+    for unit in chosen:
+        if isinstance(unit, _Group):
+            before = len(synthetic)
+            messages.extend(unit.messages(synthetic))
+            stats.interrupted_answered += len(synthetic) - before
+        else:
+            messages.append(unit)
+    return Window(messages, stats, needs_older, synthetic)
+
+
+# --- cache windows ---------------------------------------------------------------------------
+# A cached window is a list of entries; each entry knows its kind so eviction can keep tool
+# groups whole without decoding messages. The Redis Lua scripts implement the same rules.
+
+KIND_USER = "U"
+KIND_SYSTEM = "S"
+KIND_AI = "A"
+KIND_REQUEST = "R"
+KIND_RESULT = "T"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEntry:
+    """One message of a cached window with what eviction and appends need to know of it."""
+
+    kind: str
+    call_ids: tuple[str, ...]
+    message: Message
+
+
+def entry_for(message: Message) -> WindowEntry:
+    """Classify ``message`` for a cached window."""
+    if isinstance(message, ToolResult):
+        return WindowEntry(KIND_RESULT, (message.id,), message)
+    if isinstance(message, AiMessage):
+        if message.tool_requests:
+            return WindowEntry(KIND_REQUEST, tuple(c.id for c in message.tool_requests), message)
+        return WindowEntry(KIND_AI, (), message)
+    if isinstance(message, SystemMessage):
+        return WindowEntry(KIND_SYSTEM, (), message)
+    return WindowEntry(KIND_USER, (), message)
+
+
+def eviction_count(kinds: Sequence[str], max_messages: int, *, start_at_user: bool) -> int:
+    """How many entries to drop from the front of a cached window after an append.
+
+    The same rule as :func:`select_window`: keep the newest ``max_messages`` entries, and when
+    the oldest kept entry is a tool result, keep its whole group (the window may exceed the
+    limit by that group). A group is evicted whole or not at all, so the window never starts
+    with a result, and a rebuild from SQL yields the same window. With ``start_at_user`` the
+    window then starts at its first user message.
+    """
+    drop = max(0, len(kinds) - max_messages)
+    while 0 < drop < len(kinds) and kinds[drop] == KIND_RESULT:
+        drop -= 1
+    if start_at_user:
+        while drop < len(kinds) and kinds[drop] != KIND_USER:
+            drop += 1
+    return drop
+
+
+def can_append_result(entries: Sequence[tuple[str, tuple[str, ...]]], call_id: str) -> str:
+    """Decide how a cached window takes a new result for ``call_id``.
+
+    Returns ``"append"`` when the window ends in the open group that requested it,
+    ``"skip"`` when that group already holds a result for it (the loader keeps the first),
+    and ``"invalidate"`` otherwise: the next read rebuilds the window from SQL, where the
+    loader moves the result next to its request.
+    """
+    for kind, ids in reversed(entries):
+        if kind == KIND_RESULT:
+            if ids[0] == call_id:
+                return "skip"
+            continue
+        if kind == KIND_REQUEST and call_id in ids:
+            return "append"
+        return "invalidate"
+    return "invalidate"
+
+
+def tail_group_missing(entries: Sequence[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
+    """Call ids of the window's last tool group that have no result yet (tools still running,
+    or the process died). Appending anything but their results must drop the window."""
+    answered: set[str] = set()
+    for kind, ids in reversed(entries):
+        if kind == KIND_RESULT:
+            answered.add(ids[0])
+            continue
+        if kind == KIND_REQUEST:
+            return tuple(call_id for call_id in ids if call_id not in answered)
+        return ()
+    return ()
+
+
+def answer_open_group(messages: list[Message]) -> list[Message]:
+    """Answer the unanswered requests of a trailing tool group with interrupted results.
+
+    A cached window may end with tools still running; what is handed to a model must not.
+    The synthetic answers exist only in the returned list, never in the cache.
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolResult):
+            answered.add(message.id)
+            continue
+        if isinstance(message, AiMessage) and message.tool_requests:
+            missing = [call for call in message.tool_requests if call.id not in answered]
+            if not missing:
+                return messages
+            return messages + [interrupted_result(call.id, call.name) for call in missing]
+        return messages
+    return messages

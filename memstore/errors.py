@@ -1,0 +1,58 @@
+"""The exception hierarchy: every error memstore raises on purpose is a :class:`MemstoreError`.
+
+Driver errors (SQLAlchemy, psycopg, PyMySQL) are wrapped in :class:`StorageError` with the
+original as ``__cause__``, so callers never need to catch a driver's exception types. Redis
+errors never surface: the cache degrades to SQL and logs a warning instead.
+"""
+
+from __future__ import annotations
+
+
+class MemstoreError(Exception):
+    """Root of every error memstore raises on purpose.
+
+    ``detail`` holds the human-readable explanation (also the ``str()`` of the error).
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class ConfigurationError(MemstoreError):
+    """A setting is missing, malformed or out of range (bad URL, worker id outside 0-1023...)."""
+
+
+class InvalidInputError(MemstoreError):
+    """Input was rejected before anything was written; the store is unchanged."""
+
+
+class InvalidAppIdError(InvalidInputError):
+    """An app id (or user id) is empty, too long, or contains control characters."""
+
+
+class InvalidMessageError(InvalidInputError):
+    """A message is malformed: unknown type, wrong field types, invalid unicode, NUL bytes."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """A text or arguments field exceeds ``Settings.max_text_bytes`` (UTF-8 bytes)."""
+
+
+class UnknownToolCallError(InvalidInputError):
+    """A tool result answers a call id that no earlier tool request of the app carries.
+
+    Rejecting it at write time means no durable orphan is ever created.
+    """
+
+
+class ClockMovedBackwardsError(MemstoreError):
+    """The system clock stepped back further than the snowflake generator may wait out."""
+
+
+class StorageError(MemstoreError):
+    """The SQL database failed (connection, constraint, timeout). Nothing was committed."""
+
+
+class SchemaError(StorageError):
+    """The database schema is missing or not at the migration head; run ``store.migrate()``."""

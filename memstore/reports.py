@@ -1,0 +1,50 @@
+"""What store operations report back: plain, frozen pydantic models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ReloadReport(_Report):
+    """The outcome of rebuilding one app's window from SQL."""
+
+    app_id: str
+    messages: int
+    """Messages in the rebuilt window (synthetic interrupted results included)."""
+    widened_groups: int
+    """Tool groups that made the window reach back past the limit."""
+    interrupted_answered: int
+    """Requests without a stored result, answered with a synthetic interrupted result."""
+    orphans_skipped: int
+    """Results without a request, left out."""
+    cached: bool
+    """False when the cache was unavailable or a concurrent write made the rebuild stale."""
+
+
+class PurgeReport(_Report):
+    """Rows and cache keys one purge removed."""
+
+    app_id: str
+    original_rows: int
+    display_rows: int
+    cache_keys: int
+
+
+class DisplayEntry(_Report):
+    """One row of the display history: what a person saw."""
+
+    id: int
+    app_id: str
+    user_id: str | None
+    role: str
+    """``"user"`` or ``"ai"``."""
+    text: str
+    status: str
+    """``"ok"``, or ``"failed"`` for a reply that broke off."""
+    created_at: datetime

@@ -1,0 +1,1 @@
+"""SQL backend: the schema (owned by Alembic migrations) and the statements over it."""

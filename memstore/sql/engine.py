@@ -1,0 +1,53 @@
+"""Engine creation and driver-error translation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from memstore.errors import SchemaError, StorageError
+
+_MISSING_TABLE_HINTS = ("no such table", "does not exist", "doesn't exist", "undefinedtable")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with settings that suit memstore on each database."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        in_memory = parsed.database in (None, "", ":memory:")
+        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+        if in_memory:
+            kwargs["poolclass"] = StaticPool
+        engine = create_engine(url, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            if not in_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+@contextmanager
+def translated_errors(action: str) -> Iterator[None]:
+    """Re-raise driver errors as :class:`StorageError` (or :class:`SchemaError`)."""
+    try:
+        yield
+    except SQLAlchemyError as error:
+        text = str(error).lower()
+        if any(hint in text for hint in _MISSING_TABLE_HINTS):
+            raise SchemaError(
+                f"{action} failed: memstore's tables are missing; run store.migrate() or "
+                "`memstore migrate` first"
+            ) from error
+        raise StorageError(f"{action} failed: {type(error).__name__}: {error}") from error

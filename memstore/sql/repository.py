@@ -1,0 +1,146 @@
+"""Synchronous statements over the two tables. Thin: every decision lives in ``memstore.core``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from memstore.core.loader import RowRequest
+from memstore.core.rows import TOOL_REQUEST, decode_payload
+from memstore.core.window import StoredMessage
+from memstore.reports import DisplayEntry
+from memstore.sql.engine import translated_errors
+from memstore.sql.schema import display, original
+
+REQUEST_SCAN_PAGE = 200
+
+
+def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
+    """The newest non-deleted original rows of one app (newest first), as the loader asks."""
+    query = (
+        sa.select(original.c.id, original.c.payload)
+        .where(original.c.app_id == app_id, original.c.is_deleted == sa.false())
+        .order_by(original.c.id.desc())
+        .limit(request.limit)
+    )
+    if request.before_id is not None:
+        query = query.where(original.c.id < request.before_id)
+    return query
+
+
+def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
+    """Newest-first result rows to chronological stored messages."""
+    out = [StoredMessage(row.id, decode_payload(row.payload, row.id)) for row in rows]
+    out.reverse()
+    return out
+
+
+def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
+    """One page of the app's tool-request rows, newest first."""
+    query = (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            original.c.app_id == app_id,
+            original.c.message_type == TOOL_REQUEST,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(original.c.id.desc())
+        .limit(REQUEST_SCAN_PAGE)
+    )
+    if before_id is not None:
+        query = query.where(original.c.id < before_id)
+    return query
+
+
+def requested_ids_in(payload: str) -> list[str]:
+    """The call ids a tool-request payload holds."""
+    data = json.loads(payload)
+    return [call["id"] for call in data.get("tool_requests", [])]
+
+
+def history_query(app_id: str, limit: int, before_id: int | None) -> sa.Select[Any]:
+    query = (
+        sa.select(display)
+        .where(display.c.app_id == app_id, display.c.is_deleted == sa.false())
+        .order_by(display.c.id.desc())
+        .limit(limit)
+    )
+    if before_id is not None:
+        query = query.where(display.c.id < before_id)
+    return query
+
+
+def display_entry(row: Any) -> DisplayEntry:
+    return DisplayEntry(
+        id=row.id,
+        app_id=row.app_id,
+        user_id=row.user_id,
+        role=row.role,
+        text=row.content,
+        status=row.status,
+        created_at=row.created_at,
+    )
+
+
+class SqlHistory:
+    """The two history tables on one synchronous engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
+        """Rows for the loader, chronological."""
+        with translated_errors("reading history"), self.engine.connect() as conn:
+            return rows_to_messages(conn.execute(newest_rows_query(app_id, request)))
+
+    def insert(
+        self,
+        app_id: str,
+        original_rows: Sequence[dict[str, Any]],
+        display_rows: Sequence[dict[str, Any]],
+        unresolved_call_ids: set[str],
+    ) -> set[str]:
+        """Insert both batches in one transaction, after checking that every call id in
+        ``unresolved_call_ids`` is requested by an earlier row of the app.
+
+        Returns the ids that are not (and then inserts nothing).
+        """
+        with translated_errors("writing history"), self.engine.begin() as conn:
+            missing = self._unrequested(conn, app_id, unresolved_call_ids)
+            if missing:
+                return missing
+            if original_rows:
+                conn.execute(original.insert(), list(original_rows))
+            if display_rows:
+                conn.execute(display.insert(), list(display_rows))
+            return set()
+
+    @staticmethod
+    def _unrequested(conn: Connection, app_id: str, call_ids: set[str]) -> set[str]:
+        missing = set(call_ids)
+        before: int | None = None
+        while missing:
+            page = conn.execute(request_scan_query(app_id, before)).all()
+            for row in page:
+                missing.difference_update(requested_ids_in(row.payload))
+            if len(page) < REQUEST_SCAN_PAGE:
+                break
+            before = page[-1].id
+        return missing
+
+    def history(self, app_id: str, limit: int, before_id: int | None) -> list[DisplayEntry]:
+        with translated_errors("reading display history"), self.engine.connect() as conn:
+            return [
+                display_entry(row) for row in conn.execute(history_query(app_id, limit, before_id))
+            ]
+
+    def purge(self, app_id: str) -> tuple[int, int]:
+        """Hard-delete the app's rows in both tables; return (original, display) counts."""
+        with translated_errors("purging history"), self.engine.begin() as conn:
+            originals = conn.execute(original.delete().where(original.c.app_id == app_id))
+            displays = conn.execute(display.delete().where(display.c.app_id == app_id))
+            return originals.rowcount, displays.rowcount

@@ -1,0 +1,315 @@
+"""``MemoryStore``: the durable history in SQL plus each app's memory window in a cache.
+
+>>> from memstore import MemoryStore, Settings, UserMessage, AiMessage
+>>> store = MemoryStore(Settings(database_url="sqlite:///:memory:"))
+>>> store.migrate()
+>>> ids = store.append("app-1", [UserMessage(text="hi"), AiMessage(text="hello")])
+>>> [m.type for m in store.memory("app-1").messages()]
+['user', 'ai']
+>>> store.close()
+
+SQL is the source of truth and is written first; the cache is a projection rebuilt from it
+with the edge check whenever it is missing (expired, flushed, restarted) or uncertain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from memstore.cache.base import WindowCache, WindowPolicy
+from memstore.cache.memory_cache import InProcessWindowCache
+from memstore.cache.redis_window import RedisWindowCache
+from memstore.config import Settings
+from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
+from memstore.core.inputs import check_messages, normalize_app_id, normalize_user_id
+from memstore.core.loader import run_steps, window_steps
+from memstore.core.rows import original_row
+from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.errors import InvalidInputError, UnknownToolCallError
+from memstore.ids import SnowflakeGenerator, shared_generator
+from memstore.messages import AiMessage, Message, ToolResult, parse_message
+from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.sql import migrate as migrations
+from memstore.sql.engine import make_engine
+from memstore.sql.repository import SqlHistory
+
+logger = logging.getLogger("memstore")
+
+MAX_HISTORY_PAGE = 1000
+
+
+def unanswered_in_batch(messages: Iterable[Message]) -> set[str]:
+    """Result ids of a batch that no earlier request of the same batch carries."""
+    requested: set[str] = set()
+    unresolved: set[str] = set()
+    for message in messages:
+        if isinstance(message, AiMessage):
+            requested.update(call.id for call in message.tool_requests)
+        elif isinstance(message, ToolResult) and message.id not in requested:
+            unresolved.add(message.id)
+    return unresolved
+
+
+def _positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class MemoryStore:
+    """Chat memory for one database and one cache. Thread-safe; share one per process.
+
+    Args:
+        settings: configuration; ``Settings()`` (SQLite file, in-process cache) when omitted.
+        engine: a SQLAlchemy engine to use instead of one built from ``settings.database_url``
+            (the store then leaves disposing it to you).
+        cache: a window cache to use instead of one built from ``settings.redis_url``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        engine: Engine | None = None,
+        cache: WindowCache | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self._owns_engine = engine is None
+        self.engine = engine if engine is not None else make_engine(self.settings.database_url)
+        self._sql = SqlHistory(self.engine)
+        self._owns_cache = cache is None
+        self.cache: WindowCache = cache if cache is not None else self._default_cache()
+        self._ids: SnowflakeGenerator = shared_generator(
+            self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
+        )
+        self._formatters: dict[str, ToolFormatter] = {}
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> MemoryStore:
+        """A store configured from the ``MEMSTORE_*`` environment variables."""
+        return cls(Settings.from_env(**overrides))
+
+    def _default_cache(self) -> WindowCache:
+        policy = WindowPolicy(
+            max_messages=self.settings.window_size,
+            ttl_seconds=self.settings.cache_ttl_seconds,
+            start_at_user=self.settings.window_start_at_user,
+        )
+        if self.settings.redis_url:
+            return RedisWindowCache.from_url(
+                self.settings.redis_url, policy, self.settings.redis_timeout_seconds
+            )
+        return InProcessWindowCache(policy)
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def migrate(self, revision: str = "head") -> None:
+        """Upgrade the database schema (``alembic upgrade head`` with memstore's migrations)."""
+        migrations.upgrade(self.engine, revision)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
+        """Use ``formatter(request, result_or_None) -> str`` for ``tool_name``'s display line."""
+        self._formatters[tool_name] = formatter
+
+    @property
+    def formatters(self) -> Mapping[str, ToolFormatter]:
+        return self._formatters
+
+    def append(
+        self,
+        app_id: str | int,
+        messages: Iterable[Message | dict[str, Any]],
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Write ``messages`` to both histories in one transaction, then to the cached window.
+
+        Returns the snowflake ids of the original-history rows, one per message, in order.
+        Raises a :class:`~memstore.errors.InvalidInputError` subclass for bad input (nothing
+        written) and :class:`~memstore.errors.StorageError` when the database fails (nothing
+        written; the cache is untouched).
+        """
+        app = normalize_app_id(app_id)
+        user = normalize_user_id(user_id)
+        batch = [parse_message(message) for message in messages]
+        if not batch:
+            return []
+        check_messages(batch, self.settings.max_text_bytes)
+        drafts = display_drafts(batch, self._formatters)
+        ids = self._ids.next_ids(len(batch) + len(drafts))
+        now = datetime.now(timezone.utc)
+        original_rows = [
+            original_row(row_id, app, user, message, now)
+            for row_id, message in zip(ids, batch, strict=False)
+        ]
+        display_rows = [
+            _display_row(row_id, app, user, draft, now)
+            for row_id, draft in zip(ids[len(batch) :], drafts, strict=True)
+        ]
+        missing = self._sql.insert(app, original_rows, display_rows, unanswered_in_batch(batch))
+        if missing:
+            raise UnknownToolCallError(
+                f"tool result(s) for call id(s) {sorted(missing)} answer no tool request of app "
+                f"{app!r}; write the AiMessage with the request first"
+            )
+        self.cache.append(app, [entry_for(message) for message in batch])
+        return ids[: len(batch)]
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _window(self, app_id: str, max_messages: int, start_at_user: bool) -> Window:
+        return run_steps(
+            window_steps(max_messages, start_at_user=start_at_user),
+            lambda request: self._sql.fetch(app_id, request),
+        )
+
+    def load_window(
+        self, app_id: str | int, max_messages: int = 50, *, start_at_user: bool | None = None
+    ) -> list[Message]:
+        """The newest messages of the original history, edge-checked, straight from SQL.
+
+        At most ``max_messages``, except that a tool group at the edge is kept whole. With
+        ``start_at_user`` (default: the ``window_start_at_user`` setting) the window starts at
+        a user message.
+        """
+        app = normalize_app_id(app_id)
+        first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
+        return self._window(app, _positive(max_messages, "max_messages"), first_user).messages
+
+    def memory(self, app_id: str | int) -> ChatMemory:
+        """The memory window of one app (cached, rebuilt from SQL on a miss)."""
+        return ChatMemory(self, normalize_app_id(app_id))
+
+    def reload(self, app_id: str | int, max_messages: int | None = None) -> ReloadReport:
+        """Rebuild the app's cached window from SQL now, and report what the edge check did."""
+        app = normalize_app_id(app_id)
+        limit = (
+            self.settings.reload_max
+            if max_messages is None
+            else _positive(max_messages, "max_messages")
+        )
+        self.cache.invalidate(app)
+        version = self.cache.read(app).version
+        return self._rebuild(app, limit, version)[1]
+
+    def _rebuild(self, app_id: str, limit: int, version: str) -> tuple[list[Message], ReloadReport]:
+        window = self._window(app_id, limit, self.settings.window_start_at_user)
+        cached = self.cache.store(
+            app_id, [entry_for(m) for m in window.messages], window.synthetic_call_ids, version
+        )
+        report = ReloadReport(
+            app_id=app_id,
+            messages=len(window.messages),
+            widened_groups=window.stats.widened_groups,
+            interrupted_answered=window.stats.interrupted_answered,
+            orphans_skipped=window.stats.orphans_skipped,
+            cached=cached,
+        )
+        return window.messages, report
+
+    def history(
+        self, app_id: str | int, limit: int = 20, before_id: int | None = None
+    ) -> list[DisplayEntry]:
+        """One page of the display history, newest first; pass the last id as ``before_id``."""
+        app = normalize_app_id(app_id)
+        page = _positive(limit, "limit")
+        if page > MAX_HISTORY_PAGE:
+            raise InvalidInputError(f"limit must be at most {MAX_HISTORY_PAGE}, got {limit}")
+        if before_id is not None:
+            _positive(before_id, "before_id")
+        return self._sql.history(app, page, before_id)
+
+    # -- operator actions ----------------------------------------------------------------------
+
+    def purge(self, app_id: str | int) -> PurgeReport:
+        """Hard-delete every row of the app in both tables and its cache keys. Exact match only."""
+        app = normalize_app_id(app_id)
+        originals, displays = self._sql.purge(app)
+        keys = self.cache.purge(app)
+        logger.info(
+            "memstore purge app_id=%r original_rows=%d display_rows=%d cache_keys=%d",
+            app,
+            originals,
+            displays,
+            keys,
+        )
+        return PurgeReport(
+            app_id=app, original_rows=originals, display_rows=displays, cache_keys=keys
+        )
+
+    def close(self) -> None:
+        """Release the connections this store created (an engine or cache passed in stays open)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_cache:
+            self.cache.close()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ChatMemory:
+    """One app's memory window: what the model gets each call."""
+
+    def __init__(self, store: MemoryStore, app_id: str) -> None:
+        self._store = store
+        self.app_id = app_id
+
+    def messages(self) -> list[Message]:
+        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages)."""
+        cached = self._store.cache.read(self.app_id)
+        if cached.messages is not None:
+            return answer_open_group(cached.messages)
+        messages, _ = self._store._rebuild(
+            self.app_id, self._store.settings.reload_max, cached.version
+        )
+        return messages
+
+    def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
+        """Write ``message`` durably, then append it to the cached window; return its id."""
+        return self._store.append(self.app_id, [message], user_id=user_id)[0]
+
+    def add_all(
+        self, messages: Iterable[Message | dict[str, Any]], user_id: str | None = None
+    ) -> list[int]:
+        """Write several messages in one transaction (see :meth:`MemoryStore.append`)."""
+        return self._store.append(self.app_id, messages, user_id=user_id)
+
+    def invalidate(self) -> None:
+        """Drop the cached window; the next read rebuilds it from SQL."""
+        self._store.cache.invalidate(self.app_id)
+
+
+def _display_row(
+    row_id: int, app_id: str, user_id: str | None, draft: DisplayDraft, now: datetime
+) -> dict[str, Any]:
+    return {
+        "id": row_id,
+        "app_id": app_id,
+        "user_id": user_id,
+        "role": draft.role,
+        "content": draft.content,
+        "status": draft.status,
+        "created_at": now,
+        "updated_at": now,
+        "is_deleted": False,
+    }

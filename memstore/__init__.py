@@ -9,6 +9,7 @@ from memstore.config import Settings
 from memstore.errors import (
     ClockMovedBackwardsError,
     ConfigurationError,
+    IncompleteToolCallError,
     InvalidAppIdError,
     InvalidInputError,
     InvalidMessageError,
@@ -16,6 +17,7 @@ from memstore.errors import (
     MessageTooLargeError,
     SchemaError,
     StorageError,
+    StreamProtocolError,
     UnknownToolCallError,
 )
 from memstore.messages import (
@@ -37,6 +39,7 @@ __all__ = [
     "ClockMovedBackwardsError",
     "ConfigurationError",
     "DisplayEntry",
+    "IncompleteToolCallError",
     "InvalidAppIdError",
     "InvalidInputError",
     "InvalidMessageError",
@@ -49,6 +52,7 @@ __all__ = [
     "SchemaError",
     "Settings",
     "StorageError",
+    "StreamProtocolError",
     "SystemMessage",
     "ToolRequest",
     "ToolResult",

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
+from collections import deque
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
 
 import click
 
-from memstore import __version__
+from memstore import __version__, operations
+from memstore.cache.keys import WINDOW_PATTERN
+from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
+from memstore.core.inputs import normalize_app_id
+from memstore.demo import describe
 from memstore.errors import MemstoreError
+from memstore.ids import id_timestamp_ms
+from memstore.messages import Message
+from memstore.sql import admin
 from memstore.store import MemoryStore
+
+audit = logging.getLogger("memstore.audit")
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -76,8 +91,355 @@ def migrate(action: str, revision: str | None, database_url: str | None) -> None
         store.close()
 
 
+def _open(database_url: str | None, redis_url: str | None) -> MemoryStore:
+    return MemoryStore(_settings(database_url, redis_url))
+
+
+def _emit_json(data: object) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, default=str, indent=2))
+
+
+def _apps(store: MemoryStore, app_ids: tuple[str, ...], all_apps: bool) -> list[str] | None:
+    if all_apps and app_ids:
+        raise click.UsageError("give APP_IDs or --all, not both")
+    if not all_apps and not app_ids:
+        raise click.UsageError("give at least one APP_ID, or --all")
+    return None if all_apps else [normalize_app_id(app) for app in app_ids]
+
+
+def _walk(store: MemoryStore, apps: list[str] | None, label: str) -> Iterator[str]:
+    """The apps to act on; with ``--all`` a progress bar on a terminal, paging through apps."""
+    if apps is not None:
+        yield from apps
+        return
+    total = admin.count_apps(store.engine)
+    with click.progressbar(
+        admin.iter_app_ids(store.engine), length=total, label=label, file=sys.stderr
+    ) as bar:
+        yield from bar
+
+
+@cli.command()
+@click.argument("app_id")
+@click.option(
+    "--window", "view", flag_value="window", default=True, help="What the model gets (default)."
+)
+@click.option("--original", "view", flag_value="original", help="The raw original history.")
+@click.option("--display", "view", flag_value="display", help="The display history.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Most messages/rows.")
+@database_option
+@redis_option
+def show(
+    app_id: str,
+    view: str,
+    fmt: str,
+    limit: int | None,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Show APP_ID's window, original history or display history."""
+    with _open(database_url, redis_url) as store:
+        if view == "display":
+            entries = store.history(app_id, limit=min(limit or 20, 1000))
+            if fmt == "json":
+                _emit_json([entry.model_dump(mode="json") for entry in entries])
+            for entry in reversed(entries) if fmt == "table" else []:
+                click.echo(
+                    f"{entry.id}  {entry.role:<5} {entry.status:<6} "
+                    + entry.text.replace("\n", "\n" + " " * 33)
+                )
+            return
+        rows: list[tuple[int | None, Message]]
+        if view == "window":
+            window = store.load_window(app_id, limit or store.settings.reload_max)
+            rows = [(None, message) for message in window]
+        else:
+            newest = deque(admin.iter_history(store.engine, normalize_app_id(app_id)), limit)
+            rows = [(row.id, row.message) for row in newest]
+        if fmt == "json":
+            _emit_json([{"id": row_id, **m.model_dump(mode="json")} for row_id, m in rows])
+            return
+        for row_id, message in rows:
+            prefix = f"{row_id}  " if row_id is not None else ""
+            click.echo(prefix + describe(message).replace("\n", "\n" + " " * len(prefix)))
+
+
+@cli.command()
+@click.argument("app_ids", nargs=-1)
+@click.option("--all", "all_apps", is_flag=True, help="Every app with history.")
+@click.option(
+    "--max",
+    "max_messages",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Messages per window (default MEMSTORE_RELOAD_MAX).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@database_option
+@redis_option
+def reload(
+    app_ids: tuple[str, ...],
+    all_apps: bool,
+    max_messages: int | None,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Rebuild cached windows from SQL with the edge check."""
+    with _open(database_url, redis_url) as store:
+        apps = _apps(store, app_ids, all_apps)
+        totals = {
+            "apps": 0,
+            "messages": 0,
+            "widened_groups": 0,
+            "interrupted_answered": 0,
+            "orphans_skipped": 0,
+        }
+        reports: list[dict[str, Any]] = []
+        try:
+            for app in _walk(store, apps, "reloading"):
+                report = store.reload(app, max_messages)
+                if not all_apps:
+                    reports.append(report.model_dump())
+                totals["apps"] += 1
+                for key in (
+                    "messages",
+                    "widened_groups",
+                    "interrupted_answered",
+                    "orphans_skipped",
+                ):
+                    totals[key] += getattr(report, key)
+        except KeyboardInterrupt:
+            click.echo(f"interrupted after {totals['apps']} apps", err=True)
+            _summary(totals, as_json)
+            raise SystemExit(EXIT_FINDINGS) from None
+        if as_json:
+            _emit_json({"reports": reports, "summary": totals})
+        else:
+            for done in reports:
+                click.echo(
+                    f"{done['app_id']}: {done['messages']} messages, "
+                    f"{done['widened_groups']} groups widened, "
+                    f"{done['interrupted_answered']} interrupted calls answered, "
+                    f"{done['orphans_skipped']} orphans skipped"
+                    + ("" if done["cached"] else " (not cached)")
+                )
+            _summary(totals, False)
+
+
+def _summary(totals: dict[str, int], as_json: bool) -> None:
+    if as_json:
+        _emit_json({"summary": totals})
+    else:
+        click.echo(", ".join(f"{key.replace('_', ' ')}: {value}" for key, value in totals.items()))
+
+
+@cli.command()
+@click.argument("app_ids", nargs=-1)
+@click.option("--all", "all_apps", is_flag=True, help="Every app with history.")
+@click.option("--repair", is_flag=True, help="Fix what has a fix, one transaction per app.")
+@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@database_option
+@redis_option
+def check(
+    app_ids: tuple[str, ...],
+    all_apps: bool,
+    repair: bool,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Report provider-invalid spots of original histories.
+
+    Exit 1 when any is found (with --repair: when any remains that has no automatic fix).
+    """
+    with _open(database_url, redis_url) as store:
+        apps = _apps(store, app_ids, all_apps)
+        found = 0
+        results = []
+        try:
+            for app in _walk(store, apps, "checking"):
+                if repair:
+                    result = operations.repair_app(store, app)
+                else:
+                    result = operations.CheckResult(app, operations.check_app(store, app))
+                if result.repaired is None:
+                    found += len(result.findings)
+                else:
+                    found += result.repaired.unfixable
+                if as_json:
+                    results.append(_check_json(result))
+                else:
+                    _print_check(result)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            raise SystemExit(EXIT_FINDINGS) from None
+        if as_json:
+            _emit_json(results)
+        if found:
+            raise SystemExit(EXIT_FINDINGS)
+
+
+def _check_json(result: operations.CheckResult) -> dict[str, object]:
+    data: dict[str, object] = {
+        "app_id": result.app_id,
+        "findings": [
+            {"row_id": f.row_id, "code": f.code, "detail": f.detail, "call_id": f.call_id}
+            for f in result.findings
+        ],
+    }
+    if result.repaired is not None:
+        data["answered"] = [answer.id for answer in result.repaired.answers]
+        data["soft_deleted"] = result.repaired.soft_delete_row_ids
+    return data
+
+
+def _print_check(result: operations.CheckResult) -> None:
+    for finding in result.findings:
+        click.echo(f"{result.app_id}: row {finding.row_id}: {finding.code}: {finding.detail}")
+    if result.repaired is not None and not result.repaired.empty:
+        for answer in result.repaired.answers:
+            click.echo(f"{result.app_id}: answered {answer.id!r} with an interrupted result")
+        for row_id in result.repaired.soft_delete_row_ids:
+            click.echo(f"{result.app_id}: soft-deleted orphan row {row_id}")
+
+
+@cli.command()
+@click.argument("app_ids", nargs=-1)
+@click.option("--user-id", default=None, help="Purge every row written for this user instead.")
+@click.option("--dry-run", is_flag=True, help="Only print what would be deleted.")
+@click.option("--yes", is_flag=True, help="Do not ask; required without a terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@database_option
+@redis_option
+def purge(
+    app_ids: tuple[str, ...],
+    user_id: str | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Hard-delete APP_IDs (or --user-id) in both tables and the cache. Ids are exact."""
+    if bool(app_ids) == (user_id is not None):
+        raise click.UsageError("give APP_IDs or --user-id (one of them)")
+    with _open(database_url, redis_url) as store:
+        if user_id is not None:
+            user = normalize_app_id(user_id, what="user_id")
+            targets = [("user", user, admin.counts_for(store.engine, user_id=user))]
+        else:
+            targets = [
+                ("app", app, admin.counts_for(store.engine, app_id=app))
+                for app in (normalize_app_id(a) for a in app_ids)
+            ]
+        for kind, target, counts in targets:
+            click.echo(
+                f"{kind} {target!r}: {counts.original_rows} original rows, "
+                f"{counts.display_rows} display rows",
+                err=as_json,
+            )
+        if dry_run:
+            if as_json:
+                _emit_json(
+                    [
+                        {
+                            kind: t,
+                            "original_rows": c.original_rows,
+                            "display_rows": c.display_rows,
+                            "dry_run": True,
+                        }
+                        for kind, t, c in targets
+                    ]
+                )
+            return
+        if not yes:
+            if not sys.stdin.isatty():
+                click.echo("refusing to purge without a terminal; pass --yes", err=True)
+                raise SystemExit(EXIT_FINDINGS)
+            if not click.confirm("Delete these rows permanently?", err=True):
+                raise SystemExit(EXIT_FINDINGS)
+        done = []
+        for kind, target, _counts in targets:
+            if kind == "user":
+                counts, _apps_touched = operations.purge_user(store, target)
+                original_rows, display_rows = counts.original_rows, counts.display_rows
+            else:
+                report = store.purge(target)
+                original_rows, display_rows = report.original_rows, report.display_rows
+            audit.info(
+                "purge %s=%r original_rows=%d display_rows=%d",
+                kind,
+                target,
+                original_rows,
+                display_rows,
+            )
+            done.append(
+                {kind: target, "original_rows": original_rows, "display_rows": display_rows}
+            )
+            if not as_json:
+                click.echo(
+                    f"purged {kind} {target!r}: {original_rows} original rows, "
+                    f"{display_rows} display rows"
+                )
+        if as_json:
+            _emit_json(done)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@database_option
+@redis_option
+def stats(as_json: bool, database_url: str | None, redis_url: str | None) -> None:
+    """Apps, rows per table and type, cached windows, oldest and newest message."""
+    with _open(database_url, redis_url) as store:
+        numbers = admin.stats(store.engine)
+        windows = _count_windows(store)
+        data = {
+            "apps": numbers.apps,
+            "original_rows": numbers.original_rows,
+            "display_rows": numbers.display_rows,
+            "rows_by_type": numbers.rows_by_type,
+            "redis_windows": windows,
+            "oldest": _when(numbers.oldest_id),
+            "newest": _when(numbers.newest_id),
+        }
+        if as_json:
+            _emit_json(data)
+            return
+        for key, value in data.items():
+            click.echo(f"{key.replace('_', ' ')}: {value}")
+
+
+def _when(row_id: int | None) -> str | None:
+    if row_id is None:
+        return None
+    stamp = datetime.fromtimestamp(id_timestamp_ms(row_id) / 1000, tz=timezone.utc)
+    return f"{stamp.isoformat(timespec='seconds')} (id {row_id})"
+
+
+def _count_windows(store: MemoryStore) -> int | None:
+    cache = store.cache
+    if not isinstance(cache, RedisWindowCache):
+        return None
+    return sum(1 for _ in cache.client.scan_iter(match=WINDOW_PATTERN, count=1000))
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for name, level in (("memstore", logging.WARNING), ("memstore.audit", logging.INFO)):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.addHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = False
+
+
 def main() -> None:
     """Console-script entry point: typed memstore errors become exit code 2 on stderr."""
+    _configure_logging()
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -14,7 +14,8 @@ from memstore.store import MemoryStore
 APP_ID = "demo-app"
 
 
-def _describe(message: Message) -> str:
+def describe(message: Message) -> str:
+    """One message as a few readable lines."""
     if isinstance(message, UserMessage):
         return f"user        {message.text}"
     if isinstance(message, ToolResult):
@@ -33,7 +34,7 @@ def _describe(message: Message) -> str:
 def _print_window(title: str, messages: list[Message], out: Callable[[str], None]) -> None:
     out(f"\n== {title} ({len(messages)} messages)")
     for message in messages:
-        for line in _describe(message).splitlines():
+        for line in describe(message).splitlines():
             out("  " + line)
 
 

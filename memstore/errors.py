@@ -46,6 +46,26 @@ class UnknownToolCallError(InvalidInputError):
     """
 
 
+class StreamProtocolError(InvalidInputError):
+    """A stream collector got a chunk or call it cannot take in this state: an unknown or
+    malformed chunk, a result for a call id never requested or reported twice, text while
+    tools still await their results, a call on a closed turn. The collector's buffered state is
+    unchanged by the failing call, and nothing was written for it."""
+
+
+class IncompleteToolCallError(StreamProtocolError):
+    """A streamed tool call is not complete: its arguments are not (yet) a strict JSON object,
+    or its id or name never arrived. Nothing is repaired or guessed.
+
+    ``index`` and ``call_id`` name the call (``call_id`` is ``None`` when no id arrived).
+    """
+
+    def __init__(self, detail: str, *, index: int, call_id: str | None) -> None:
+        super().__init__(detail)
+        self.index = index
+        self.call_id = call_id
+
+
 class ClockMovedBackwardsError(MemstoreError):
     """The system clock stepped back further than the snowflake generator may wait out."""
 

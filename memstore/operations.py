@@ -1,0 +1,83 @@
+"""Operator actions over a store: check and repair histories, purge by user. The CLI's engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+
+from memstore.core.check import (
+    UNANSWERED_REQUEST,
+    Finding,
+    HistoryChecker,
+    RepairPlan,
+    repair_plan,
+)
+from memstore.core.rows import original_row
+from memstore.ids import shared_generator
+from memstore.sql import admin
+from memstore.sql.engine import translated_errors
+from memstore.sql.schema import original
+from memstore.store import MemoryStore
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    app_id: str
+    findings: list[Finding]
+    repaired: RepairPlan | None = None
+
+
+def check_app(store: MemoryStore, app_id: str) -> list[Finding]:
+    """Every provider-invalid spot of the app's original history, with row ids."""
+    checker = HistoryChecker()
+    for row in admin.iter_history(store.engine, app_id):
+        checker.feed(row)
+    return checker.finish()
+
+
+def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
+    """Check, then fix what has a fix in one transaction, and drop the app's cached window.
+
+    Unanswered requests get a durable interrupted error result (with the request's user id);
+    orphan results are
+    soft-deleted. Duplicate ids, bad arguments and consecutive user messages are reported only.
+    """
+    findings = check_app(store, app_id)
+    plan = repair_plan(findings)
+    if plan.empty:
+        return CheckResult(app_id, findings, plan)
+    now = datetime.now(timezone.utc)
+    generator = shared_generator(store.settings.worker_id)
+    request_rows = {f.call_id: f.row_id for f in findings if f.code == UNANSWERED_REQUEST}
+    with translated_errors("repairing history"), store.engine.begin() as conn:
+        owner_query = sa.select(original.c.id, original.c.user_id).where(
+            original.c.id.in_(list(request_rows.values()))
+        )
+        owners = {row.id: row.user_id for row in conn.execute(owner_query)}
+        rows = [
+            original_row(row_id, app_id, owners.get(request_rows[answer.id]), answer, now)
+            for row_id, answer in zip(
+                generator.next_ids(len(plan.answers)), plan.answers, strict=True
+            )
+        ]
+        if rows:
+            conn.execute(original.insert(), rows)
+        if plan.soft_delete_row_ids:
+            conn.execute(
+                original.update()
+                .where(original.c.app_id == app_id, original.c.id.in_(plan.soft_delete_row_ids))
+                .values(is_deleted=True, updated_at=now)
+            )
+    store.memory(app_id).invalidate()
+    return CheckResult(app_id, findings, plan)
+
+
+def purge_user(store: MemoryStore, user_id: str) -> tuple[admin.RowCounts, list[str]]:
+    """Hard-delete every row written for ``user_id`` and drop the windows of the apps touched."""
+    apps = admin.apps_of_user(store.engine, user_id)
+    counts = admin.purge_user(store.engine, user_id)
+    for app_id in apps:
+        store.memory(app_id).invalidate()
+    return counts, apps

@@ -1,0 +1,152 @@
+"""Operator statements: walking every app, statistics, purge by user, repairs.
+
+Everything walks the tables in keyset pages, so memory stays flat on millions of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from memstore.core.window import StoredMessage
+from memstore.sql.engine import translated_errors
+from memstore.sql.repository import rows_to_messages
+from memstore.sql.schema import display, original
+
+APP_PAGE = 500
+ROW_PAGE = 2000
+
+
+def iter_app_ids(engine: Engine, page: int = APP_PAGE) -> Iterator[str]:
+    """Every app id with rows in the original history, in byte order, page by page."""
+    after: str | None = None
+    while True:
+        query = sa.select(original.c.app_id).distinct().order_by(original.c.app_id).limit(page)
+        if after is not None:
+            query = query.where(original.c.app_id > after)
+        with translated_errors("listing apps"), engine.connect() as conn:
+            batch = list(conn.execute(query).scalars())
+        yield from batch
+        if len(batch) < page:
+            return
+        after = batch[-1]
+
+
+def count_apps(engine: Engine) -> int:
+    with translated_errors("counting apps"), engine.connect() as conn:
+        query = sa.select(sa.func.count(sa.distinct(original.c.app_id)))
+        return int(conn.execute(query).scalar() or 0)
+
+
+def iter_history(engine: Engine, app_id: str, page: int = ROW_PAGE) -> Iterator[StoredMessage]:
+    """Every non-deleted original row of the app, in id order."""
+    after = -1
+    while True:
+        query = (
+            sa.select(original.c.id, original.c.payload)
+            .where(
+                original.c.app_id == app_id,
+                original.c.is_deleted == sa.false(),
+                original.c.id > after,
+            )
+            .order_by(original.c.id)
+            .limit(page)
+        )
+        with translated_errors("reading history"), engine.connect() as conn:
+            rows = list(conn.execute(query))
+        yield from rows_to_messages(reversed(rows))
+        if len(rows) < page:
+            return
+        after = rows[-1].id
+
+
+@dataclass(frozen=True, slots=True)
+class RowCounts:
+    original_rows: int
+    display_rows: int
+
+
+def counts_for(
+    engine: Engine, *, app_id: str | None = None, user_id: str | None = None
+) -> RowCounts:
+    """Rows (deleted ones included) a purge of ``app_id`` or ``user_id`` would remove."""
+    with translated_errors("counting rows"), engine.connect() as conn:
+        return RowCounts(
+            _count(conn, original, app_id, user_id), _count(conn, display, app_id, user_id)
+        )
+
+
+def _count(conn: Any, table: sa.Table, app_id: str | None, user_id: str | None) -> int:
+    query = sa.select(sa.func.count()).select_from(table).where(_match(table, app_id, user_id))
+    return int(conn.execute(query).scalar() or 0)
+
+
+def _match(table: sa.Table, app_id: str | None, user_id: str | None) -> Any:
+    if app_id is not None:
+        return table.c.app_id == app_id
+    return table.c.user_id == user_id
+
+
+def apps_of_user(engine: Engine, user_id: str) -> list[str]:
+    with translated_errors("listing apps of a user"), engine.connect() as conn:
+        found = set(
+            conn.execute(
+                sa.select(original.c.app_id).where(original.c.user_id == user_id).distinct()
+            ).scalars()
+        )
+        found |= set(
+            conn.execute(
+                sa.select(display.c.app_id).where(display.c.user_id == user_id).distinct()
+            ).scalars()
+        )
+    return sorted(found)
+
+
+def purge_user(engine: Engine, user_id: str) -> RowCounts:
+    """Hard-delete every row written with ``user_id`` in both tables, in one transaction."""
+    with translated_errors("purging a user"), engine.begin() as conn:
+        originals = conn.execute(original.delete().where(original.c.user_id == user_id)).rowcount
+        displays = conn.execute(display.delete().where(display.c.user_id == user_id)).rowcount
+    return RowCounts(originals, displays)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    apps: int
+    original_rows: int
+    display_rows: int
+    rows_by_type: dict[str, int]
+    oldest_id: int | None
+    newest_id: int | None
+
+
+def stats(engine: Engine) -> Stats:
+    with translated_errors("reading statistics"), engine.connect() as conn:
+        by_type = {
+            row.message_type: int(row.n)
+            for row in conn.execute(
+                sa.select(original.c.message_type, sa.func.count().label("n"))
+                .where(original.c.is_deleted == sa.false())
+                .group_by(original.c.message_type)
+            )
+        }
+        displays = conn.execute(
+            sa.select(sa.func.count()).where(display.c.is_deleted == sa.false())
+        ).scalar()
+        bounds = conn.execute(
+            sa.select(sa.func.min(original.c.id), sa.func.max(original.c.id)).where(
+                original.c.is_deleted == sa.false()
+            )
+        ).one()
+    return Stats(
+        apps=count_apps(engine),
+        original_rows=sum(by_type.values()),
+        display_rows=int(displays or 0),
+        rows_by_type=by_type,
+        oldest_id=bounds[0],
+        newest_id=bounds[1],
+    )

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 from memstore.cache.base import CachedWindow, WindowPolicy
 from memstore.core.window import (
+    KIND_REQUEST,
     KIND_RESULT,
     WindowEntry,
     can_append_result,
     eviction_count,
+    reuses_call_id,
     tail_group_missing,
 )
 
@@ -107,7 +109,9 @@ class InProcessWindowCache:
                         return
                     if verdict == "skip":
                         continue
-                elif tail_group_missing([(e.kind, e.call_ids) for e in slot.entries]):
+                elif tail_group_missing(known := [(e.kind, e.call_ids) for e in slot.entries]) or (
+                    entry.kind == KIND_REQUEST and reuses_call_id(known, entry.call_ids)
+                ):
                     del self._slots[app_id]
                     return
                 slot.entries.append(entry)

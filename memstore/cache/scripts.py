@@ -66,6 +66,16 @@ for i = 4, #ARGV do
       for _ in string.gmatch(header(t), '[^\31]+') do requested_count = requested_count + 1 end
       if results < requested_count then return invalidate() end
     end
+    if string.sub(e, 1, 1) == 'R' then
+      for _, held in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+        local kind = string.sub(held, 1, 1)
+        if kind == 'R' or kind == 'T' then
+          for part in string.gmatch(header(held), '[^\31]+') do
+            if requested(header(e), part) then return invalidate() end
+          end
+        end
+      end
+    end
     redis.call('RPUSH', KEYS[1], e)
   end
 end

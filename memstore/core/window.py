@@ -303,3 +303,15 @@ def answer_open_group(messages: list[Message]) -> list[Message]:
             return messages + [interrupted_result(call.id, call.name) for call in missing]
         return messages
     return messages
+
+
+def reuses_call_id(entries: Sequence[tuple[str, tuple[str, ...]]], call_ids: Sequence[str]) -> bool:
+    """True when a new request reuses a call id the window already holds.
+
+    The loader never puts two requests with one id in a window (providers reject it), so the
+    cache drops such a window and lets the next read rebuild it.
+    """
+    wanted = set(call_ids)
+    return any(
+        kind in (KIND_REQUEST, KIND_RESULT) and wanted.intersection(ids) for kind, ids in entries
+    )

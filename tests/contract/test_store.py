@@ -278,3 +278,22 @@ def test_ids_compare_byte_for_byte(store: MemoryStore, app_id: str) -> None:
     assert store.load_window(app_id) == [UserMessage(text="lower")]
     assert store.load_window(app_id.upper()) == [UserMessage(text="upper")]
     assert store.load_window(app_id + " ") == [UserMessage(text="space")]
+
+
+def test_reused_call_id_never_doubles_up_in_the_cached_window(
+    store: MemoryStore, app_id: str
+) -> None:
+    memory = store.memory(app_id)
+    memory.add(UserMessage(text="first"))
+    memory.messages()  # cached from here on
+    for turn in range(2):  # some models number their calls call_0, call_1... in every turn
+        memory.add_all(
+            [
+                AiMessage(tool_requests=[ToolRequest(id="call_0", name="t", arguments="{}")]),
+                ToolResult(id="call_0", tool_name="t", text=f"turn {turn}"),
+                AiMessage(text=f"done {turn}"),
+            ]
+        )
+        window = memory.messages()
+        assert validate(window, "openai") == []
+        assert window == store.load_window(app_id, store.settings.reload_max)

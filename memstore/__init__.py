@@ -5,6 +5,7 @@ memory window per app, and a loader whose edge check keeps tool requests and the
 together, so the window is always one OpenAI, Anthropic and LangChain4j accept.
 """
 
+from memstore.collector import TurnCollector
 from memstore.config import Settings
 from memstore.errors import (
     ClockMovedBackwardsError,
@@ -56,6 +57,7 @@ __all__ = [
     "SystemMessage",
     "ToolRequest",
     "ToolResult",
+    "TurnCollector",
     "UnknownToolCallError",
     "UserMessage",
     "__version__",

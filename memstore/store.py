@@ -15,10 +15,10 @@ with the edge check whenever it is missing (expired, flushed, restarted) or unce
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
@@ -38,6 +38,9 @@ from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql import migrate as migrations
 from memstore.sql.engine import make_engine
 from memstore.sql.repository import SqlHistory
+
+if TYPE_CHECKING:
+    from memstore.collector import TurnCollector
 
 logger = logging.getLogger("memstore")
 
@@ -140,28 +143,55 @@ class MemoryStore:
         app = normalize_app_id(app_id)
         user = normalize_user_id(user_id)
         batch = [parse_message(message) for message in messages]
-        if not batch:
+        return self._write(app, user, batch, display_drafts(batch, self._formatters))
+
+    def _write(
+        self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
+    ) -> list[int]:
+        """Both histories in one transaction (one multi-row INSERT per table), then the cache."""
+        if not batch and not drafts:
             return []
         check_messages(batch, self.settings.max_text_bytes)
-        drafts = display_drafts(batch, self._formatters)
         ids = self._ids.next_ids(len(batch) + len(drafts))
         now = datetime.now(timezone.utc)
         original_rows = [
-            original_row(row_id, app, user, message, now)
+            original_row(row_id, app_id, user_id, message, now)
             for row_id, message in zip(ids, batch, strict=False)
         ]
         display_rows = [
-            _display_row(row_id, app, user, draft, now)
+            _display_row(row_id, app_id, user_id, draft, now)
             for row_id, draft in zip(ids[len(batch) :], drafts, strict=True)
         ]
-        missing = self._sql.insert(app, original_rows, display_rows, unanswered_in_batch(batch))
+        missing = self._sql.insert(app_id, original_rows, display_rows, unanswered_in_batch(batch))
         if missing:
             raise UnknownToolCallError(
                 f"tool result(s) for call id(s) {sorted(missing)} answer no tool request of app "
-                f"{app!r}; write the AiMessage with the request first"
+                f"{app_id!r}; write the AiMessage with the request first"
             )
-        self.cache.append(app, [entry_for(message) for message in batch])
+        if batch:
+            self.cache.append(app_id, [entry_for(message) for message in batch])
         return ids[: len(batch)]
+
+    def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
+        """A :class:`~memstore.collector.TurnCollector` for one streamed agent turn of the app.
+
+        Use it as a context manager; see the README section "Stream collector".
+        """
+        from memstore.collector import TurnCollector
+
+        return TurnCollector(self, normalize_app_id(app_id), normalize_user_id(user_id))
+
+    def _write_collected(
+        self,
+        app_id: str,
+        user_id: str | None,
+        messages: Sequence[Message],
+        display_draft: DisplayDraft | None,
+    ) -> None:
+        """The collector's flush: ``messages`` as one multi-row INSERT into the original
+        history plus, when given, one display row (a second INSERT), in one transaction; then
+        the cache append. No display rows are derived from ``messages``."""
+        self._write(app_id, user_id, list(messages), [display_draft] if display_draft else [])
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -1,0 +1,167 @@
+"""The stream collector: one streamed agent turn into both histories, in durable batches.
+
+>>> from memstore import MemoryStore, Settings, UserMessage
+>>> store = MemoryStore(Settings(database_url="sqlite:///:memory:"))
+>>> store.migrate()
+>>> _ = store.append("app-1", [UserMessage(text="What is in a.txt?")])
+>>> with store.collector("app-1") as turn:
+...     turn.on_tool_call_delta(0, id="call_1", name="read_file", arguments='{"path":')
+...     turn.on_tool_call_delta(0, arguments=' "a.txt"}')
+...     for request in turn.tool_calls():
+...         turn.on_tool_executed(request.id, "hello")   # flush point: request + result
+...     turn.on_text("It says ")
+...     turn.on_text("hello.")
+>>> [m.type for m in store.load_window("app-1")]
+['user', 'ai', 'tool_result', 'ai']
+>>> store.close()
+
+Writes per turn (each a multi-row INSERT in its own transaction, then the cache append):
+
+* one INSERT into ``chat_history_original`` per model call whose tool requests all got their
+  results (written when the last result is reported, before ``on_tool_executed`` returns);
+* at turn end, one transaction with one INSERT into ``chat_history_original`` for what is
+  left (the final text; omitted when nothing is left) and one INSERT into ``chat_history``
+  (the turn's display row).
+
+A turn of ``k`` tool rounds and a final reply therefore makes ``k + 1`` original-history
+INSERTs and one display INSERT. Nothing is written per delta.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from memstore.core.display import DisplayDraft
+from memstore.core.stream import StreamAssembler, turn_display
+from memstore.messages import Message, ToolRequest
+
+if TYPE_CHECKING:
+    from memstore.store import MemoryStore
+
+logger = logging.getLogger("memstore")
+
+_REASON_CHARS = 500
+
+
+def failure_reason(error: BaseException) -> str:
+    """``ExceptionType: message`` (the type alone when the message is empty), one line."""
+    text = " ".join(str(error).split())
+    reason = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
+
+
+class TurnCollector:
+    """Collects one agent turn from a stream; get one from :meth:`MemoryStore.collector`.
+
+    Leaving the ``with`` block completes the turn (final flush and the display row). An
+    exception inside it (``BaseException`` included: cancellation, ``KeyboardInterrupt``)
+    fails the turn: completed tool pairs and streamed text are flushed, the display row gets
+    status ``failed`` with the reason, the cached window is invalidated, and the exception
+    re-raises. Not thread-safe: one collector per turn, used by one task.
+    """
+
+    def __init__(self, store: MemoryStore, app_id: str, user_id: str | None) -> None:
+        self._store = store
+        self.app_id = app_id
+        self.user_id = user_id
+        self._assembler = StreamAssembler()
+        self.flushes = 0
+        """Writes made so far (each one transaction)."""
+
+    # -- input -------------------------------------------------------------------------------
+
+    def on_text(self, delta: str) -> None:
+        """A streamed text delta of the reply."""
+        self._assembler.on_text(delta)
+
+    def on_tool_call_delta(
+        self,
+        index: int,
+        id: str | None = None,
+        name: str | None = None,
+        arguments: str | None = None,
+    ) -> None:
+        """One fragment of a streamed tool call (see :class:`StreamAssembler`)."""
+        self._assembler.on_tool_call_delta(index, id=id, name=name, arguments=arguments)
+
+    def tool_calls(self) -> list[ToolRequest]:
+        """The assembled, strictly parsed requests of the current model call."""
+        return self._assembler.tool_calls()
+
+    def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
+        """Report a tool's result; when it is the model call's last, the model call (AI
+        message + results) is written before this returns."""
+        if self._assembler.on_tool_executed(id, result, is_error):
+            self._flush(None)
+
+    def feed(self, chunk: object) -> None:
+        """One chunk of a LangChain4j-style, OpenAI Chat Completions or Anthropic stream."""
+        if self._assembler.feed(chunk):
+            self._flush(None)
+
+    @property
+    def turn_messages(self) -> list[Message]:
+        """The turn's messages so far (written or about to be)."""
+        return self._assembler.turn_messages
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def _flush(self, display: DisplayDraft | None) -> None:
+        batch = self._assembler.ready
+        if not batch and display is None:
+            return
+        self._store._write_collected(self.app_id, self.user_id, batch, display)
+        self._assembler.mark_flushed(len(batch))
+        self.flushes += 1
+
+    def _complete(self) -> None:
+        self._assembler.end_turn()
+        draft = turn_display(self._assembler.turn_messages, self._store.formatters)
+        self._flush(draft)
+        if self._assembler.unanswered_call_ids():
+            # requests the service never executed: let the loader answer them
+            self._store.memory(self.app_id).invalidate()
+
+    def _fail(self, error: BaseException) -> None:
+        self._assembler.fail_turn()
+        reason = failure_reason(error)
+        draft = turn_display(self._assembler.turn_messages, self._store.formatters, reason)
+        try:
+            self._flush(draft)
+        except Exception:
+            logger.warning(
+                "memstore collector: flushing the failed turn of app %r failed; writing only "
+                "its display row",
+                self.app_id,
+                exc_info=True,
+            )
+            try:
+                self._store._write_collected(self.app_id, self.user_id, [], draft)
+            except Exception:
+                logger.warning(
+                    "memstore collector: the display row of app %r's failed turn was lost",
+                    self.app_id,
+                    exc_info=True,
+                )
+        # never keep an unanswered request (or a half turn) in the cached window
+        self._store.memory(self.app_id).invalidate()
+
+    def __enter__(self) -> TurnCollector:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self._fail(exc)
+            return  # the exception re-raises
+        try:
+            self._complete()
+        except BaseException as error:
+            self._fail(error)
+            raise

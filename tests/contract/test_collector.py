@@ -1,0 +1,296 @@
+"""The stream collector on every database x cache pair (see conftest.BACKENDS)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from memstore import (
+    AiMessage,
+    IncompleteToolCallError,
+    MemoryStore,
+    StreamProtocolError,
+    ToolResult,
+    UserMessage,
+)
+from memstore.core.validate import validate
+from memstore.core.window import is_synthetic
+from memstore.messages import Message
+from memstore.sql.schema import display, original
+from tests.unit.test_stream import ANTHROPIC_STREAM, OPENAI_STREAM, as_objects
+
+ARGS_A = '{"path": "a.txt",  "content": "héllo 🌍"}'
+ARGS_B = '{ "path":"b.txt" , "mode" : 420 }'
+
+
+class InsertCounter:
+    def __init__(self) -> None:
+        self.original = 0
+        self.display = 0
+        self.other = 0
+
+    def __call__(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        head = statement.lstrip().upper()
+        if not head.startswith("INSERT"):
+            return
+        if "CHAT_HISTORY_ORIGINAL" in head.split("(")[0]:
+            self.original += 1
+        elif "CHAT_HISTORY" in head.split("(")[0]:
+            self.display += 1
+        else:
+            self.other += 1
+
+
+@contextmanager
+def count_inserts(store: MemoryStore) -> Iterator[InsertCounter]:
+    counter = InsertCounter()
+    sa.event.listen(store.engine, "before_cursor_execute", counter)
+    try:
+        yield counter
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", counter)
+
+
+def original_count(store: MemoryStore, app_id: str) -> int:
+    with store.engine.connect() as conn:
+        query = sa.select(sa.func.count()).where(original.c.app_id == app_id)
+        return int(conn.execute(query).scalar() or 0)
+
+
+def display_rows(store: MemoryStore, app_id: str) -> list[Any]:
+    with store.engine.connect() as conn:
+        query = sa.select(display).where(display.c.app_id == app_id).order_by(display.c.id)
+        return list(conn.execute(query))
+
+
+def assert_valid(window: list[Message]) -> None:
+    assert validate(window, "openai") == []
+    assert validate(window, "anthropic") == []
+
+
+def stream_args(turn: Any, index: int, call_id: str, name: str, args: str) -> None:
+    turn.on_tool_call_delta(index, id=call_id, name=name)
+    for i in range(0, len(args), 5):
+        turn.on_tool_call_delta(index, arguments=args[i : i + 5])
+
+
+def test_multi_round_turn_writes_what_the_provider_saw(store: MemoryStore, app_id: str) -> None:
+    user = UserMessage(text="Create two files, then report")
+    store.append(app_id, [user], user_id="u-7")
+    store.memory(app_id).messages()  # a cached window exists, so the flushes append to it
+    with count_inserts(store) as inserts, store.collector(app_id, user_id="u-7") as turn:
+        for delta in ["Let me ", "check."]:
+            turn.on_text(delta)
+        stream_args(turn, 0, "c1", "read_file", '{"path": "."}')
+        assert [r.id for r in turn.tool_calls()] == ["c1"]
+        turn.on_tool_executed("c1", "empty dir")
+        # durable before the next model call
+        assert original_count(store, app_id) == 3 and inserts.original == 1
+        turn.on_text("Creating both.")
+        turn.on_tool_call_delta(0, id="c2", name="write_file")
+        turn.on_tool_call_delta(1, id="c3", name="write_file")
+        for i in range(0, 40, 4):
+            turn.on_tool_call_delta(1, arguments=ARGS_B[i : i + 4])
+            turn.on_tool_call_delta(0, arguments=ARGS_A[i : i + 4])
+        requests = turn.tool_calls()
+        assert [r.arguments for r in requests] == [ARGS_A, ARGS_B]
+        turn.on_tool_executed("c3", "ok b")
+        assert inserts.original == 1  # not all results in yet
+        turn.on_tool_executed("c2", "ok a")
+        assert inserts.original == 2
+        for delta in ["Created ", "a.txt and b.txt", "."]:
+            turn.on_text(delta)
+        assert inserts.original == 2 and inserts.display == 0  # nothing per delta
+        seen = [user, *turn.turn_messages]
+    # flush points: two tool rounds + the turn end (final text + the display row)
+    assert (inserts.original, inserts.display, inserts.other) == (3, 1, 0)
+    assert turn.flushes == 3
+    window = store.load_window(app_id)
+    assert window == [*seen, AiMessage(text="Created a.txt and b.txt.")]
+    assert [m.type for m in window] == [
+        "user",
+        "ai",
+        "tool_result",
+        "ai",
+        "tool_result",
+        "tool_result",
+        "ai",
+    ]
+    assert_valid(window)
+    assert store.memory(app_id).messages() == window
+    store.memory(app_id).invalidate()
+    assert store.memory(app_id).messages() == window
+    rows = display_rows(store, app_id)
+    assert [(r.role, r.status, r.user_id) for r in rows] == [
+        ("user", "ok", "u-7"),
+        ("ai", "ok", "u-7"),
+    ]
+    assert rows[1].content.splitlines() == [
+        "Let me check.",
+        '[tool] read_file({"path": "."}) -> ok',
+        "Creating both.",
+        f"[tool] write_file({ARGS_A.replace('  ', ' ')}) -> ok",
+        f"[tool] write_file({' '.join(ARGS_B.split())}) -> ok",
+        "Created a.txt and b.txt.",
+    ]
+
+
+def test_text_only_turn_is_one_flush(store: MemoryStore, app_id: str) -> None:
+    store.append(app_id, [UserMessage(text="hi")])
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        for char in "Hello, wörld 🌍":
+            turn.on_text(char)
+    assert (inserts.original, inserts.display) == (1, 1)
+    assert store.load_window(app_id)[-1] == AiMessage(text="Hello, wörld 🌍")
+    assert store.history(app_id)[0].text == "Hello, wörld 🌍"
+
+
+def test_registered_formatter_shapes_the_display_row(store: MemoryStore, app_id: str) -> None:
+    store.register_formatter("write_file", lambda req, res: f"wrote a file ({res and res.text})")
+    store.append(app_id, [UserMessage(text="go")])
+    with store.collector(app_id) as turn:
+        stream_args(turn, 0, "c1", "write_file", ARGS_A)
+        turn.on_tool_executed("c1", "ok")
+        turn.on_text("Done.")
+    assert store.history(app_id)[0].text == "wrote a file (ok)\nDone."
+
+
+def test_failure_flushes_completed_pairs_and_never_fabricates_a_reply(
+    store: MemoryStore, app_id: str
+) -> None:
+    store.append(app_id, [UserMessage(text="do it")])
+    store.memory(app_id).messages()
+    with pytest.raises(RuntimeError, match="tool crashed"), store.collector(app_id) as turn:
+        stream_args(turn, 0, "c1", "read_file", "{}")
+        turn.on_tool_executed("c1", "one")
+        turn.on_text("Now both.")
+        stream_args(turn, 0, "c2", "write_file", ARGS_A)
+        stream_args(turn, 1, "c3", "write_file", ARGS_B)
+        turn.on_tool_executed("c2", "ok a")
+        raise RuntimeError("tool crashed")
+    window = store.load_window(app_id)
+    kinds = ["user", "ai", "tool_result", "ai", "tool_result", "tool_result"]
+    assert [m.type for m in window] == kinds
+    last = window[-1]
+    assert isinstance(last, ToolResult) and last.id == "c3" and is_synthetic(last)
+    assert not any(isinstance(m, AiMessage) and not m.tool_requests for m in window)
+    assert_valid(window)
+    cached = store.memory(app_id).messages()
+    assert cached == window
+    assert_valid(cached)
+    row = store.history(app_id)[0]
+    assert row.status == "failed"
+    assert row.text.splitlines()[-1] == "[failed] RuntimeError: tool crashed"
+    assert "Now both." in row.text
+
+
+@pytest.mark.parametrize("error", [asyncio.CancelledError, KeyboardInterrupt])
+def test_cancellation_fails_the_turn_and_re_raises(
+    store: MemoryStore, app_id: str, error: type[BaseException]
+) -> None:
+    store.append(app_id, [UserMessage(text="stream")])
+    store.memory(app_id).messages()
+    with pytest.raises(error), store.collector(app_id) as turn:
+        turn.on_text("Partial ans")
+        turn.on_tool_call_delta(0, id="c1", name="read", arguments='{"half')
+        raise error()
+    window = store.load_window(app_id)
+    assert window == [UserMessage(text="stream"), AiMessage(text="Partial ans")]
+    assert store.memory(app_id).messages() == window
+    row = store.history(app_id)[0]
+    assert (row.status, row.text) == ("failed", f"Partial ans\n[failed] {error.__name__}")
+
+
+def test_failure_before_any_output_writes_only_the_failed_display_row(
+    store: MemoryStore, app_id: str
+) -> None:
+    store.append(app_id, [UserMessage(text="x")])
+    with count_inserts(store) as inserts, pytest.raises(ValueError), store.collector(app_id):
+        raise ValueError("provider down")
+    assert (inserts.original, inserts.display) == (0, 1)
+    assert store.history(app_id)[0].text == "[failed] ValueError: provider down"
+
+
+def test_incomplete_call_at_turn_end_fails_the_turn(store: MemoryStore, app_id: str) -> None:
+    store.append(app_id, [UserMessage(text="x")])
+    with pytest.raises(IncompleteToolCallError), store.collector(app_id) as turn:
+        turn.on_text("Calling")
+        turn.on_tool_call_delta(0, id="c1", name="read", arguments='{"a": ')
+    assert store.load_window(app_id)[-1] == AiMessage(text="Calling")
+    assert store.history(app_id)[0].status == "failed"
+
+
+def test_bad_calls_write_nothing_and_the_turn_stays_usable(store: MemoryStore, app_id: str) -> None:
+    store.append(app_id, [UserMessage(text="x")])
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        turn.on_tool_call_delta(0, id="c1", name="read", arguments="{")
+        with pytest.raises(StreamProtocolError):
+            turn.on_tool_executed("unknown", "r")
+        with pytest.raises(IncompleteToolCallError):
+            turn.on_tool_executed("c1", "r")
+        with pytest.raises(StreamProtocolError):
+            turn.feed({"type": "mystery"})
+        assert inserts.original == 0
+        turn.on_tool_call_delta(0, arguments="}")
+        turn.on_tool_executed("c1", "r")
+        with pytest.raises(StreamProtocolError):
+            turn.on_tool_executed("c1", "r")
+        turn.on_text("ok")
+    assert (inserts.original, inserts.display) == (2, 1)
+    assert_valid(store.load_window(app_id))
+    with pytest.raises(StreamProtocolError, match="closed"):
+        turn.on_text("after the end")
+
+
+@pytest.mark.parametrize(
+    ("protocol", "objects"),
+    [
+        ("openai", False),
+        ("openai", True),
+        ("anthropic", False),
+        ("anthropic", True),
+        ("langchain4j", False),
+    ],
+)
+def test_feed_protocols_through_the_store(
+    store: MemoryStore, app_id: str, protocol: str, objects: bool
+) -> None:
+    store.append(app_id, [UserMessage(text="go")])
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        if protocol == "openai":
+            chunks: list[Any] = OPENAI_STREAM
+        elif protocol == "anthropic":
+            chunks = ANTHROPIC_STREAM
+        else:
+            chunks = [
+                {"type": "ai_response", "data": "Running."},
+                {"type": "tool_request", "id": "t1", "name": "ls", "arguments": '{"d":'},
+                {"type": "tool_request", "id": "t1", "name": "ls", "arguments": ' "."}'},
+            ]
+        for chunk in chunks:
+            turn.feed(as_objects(chunk) if objects else chunk)
+        for request in turn.tool_calls():
+            if protocol == "langchain4j":
+                turn.feed(
+                    {
+                        "type": "tool_executed",
+                        "id": request.id,
+                        "name": request.name,
+                        "arguments": request.arguments,
+                        "result": "done",
+                    }
+                )
+            else:
+                turn.on_tool_executed(request.id, "done")
+        turn.feed({"type": "ai_response", "data": "All done."})
+    seen = turn.turn_messages
+    assert (inserts.original, inserts.display) == (2, 1)
+    window = store.load_window(app_id)
+    assert window == [UserMessage(text="go"), *seen]
+    assert window[-1] == AiMessage(text="All done.")
+    assert_valid(window)

@@ -34,8 +34,19 @@ from memstore.store import ChatMemory, MemoryStore
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The async store loads SQLAlchemy's asyncio layer only when asked for.
+    if name == "AsyncMemoryStore":
+        from memstore.aio import AsyncMemoryStore
+
+        return AsyncMemoryStore
+    raise AttributeError(f"module 'memstore' has no attribute {name!r}")
+
+
 __all__ = [
     "AiMessage",
+    "AsyncMemoryStore",
     "ChatMemory",
     "ClockMovedBackwardsError",
     "ConfigurationError",

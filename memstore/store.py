@@ -27,13 +27,18 @@ from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
-from memstore.core.inputs import check_messages, normalize_app_id, normalize_user_id
+from memstore.core.inputs import normalize_app_id, normalize_user_id
 from memstore.core.loader import run_steps, window_steps
-from memstore.core.rows import original_row
+from memstore.core.plans import (
+    history_page,
+    plan_write,
+    positive,
+    reload_report,
+    unknown_call_error,
+)
 from memstore.core.window import Window, answer_open_group, entry_for
-from memstore.errors import InvalidInputError, UnknownToolCallError
 from memstore.ids import SnowflakeGenerator, shared_generator
-from memstore.messages import AiMessage, Message, ToolResult, parse_message
+from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql import migrate as migrations
 from memstore.sql.engine import make_engine
@@ -43,26 +48,6 @@ if TYPE_CHECKING:
     from memstore.collector import TurnCollector
 
 logger = logging.getLogger("memstore")
-
-MAX_HISTORY_PAGE = 1000
-
-
-def unanswered_in_batch(messages: Iterable[Message]) -> set[str]:
-    """Result ids of a batch that no earlier request of the same batch carries."""
-    requested: set[str] = set()
-    unresolved: set[str] = set()
-    for message in messages:
-        if isinstance(message, AiMessage):
-            requested.update(call.id for call in message.tool_requests)
-        elif isinstance(message, ToolResult) and message.id not in requested:
-            unresolved.add(message.id)
-    return unresolved
-
-
-def _positive(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class MemoryStore:
@@ -151,26 +136,23 @@ class MemoryStore:
         """Both histories in one transaction (one multi-row INSERT per table), then the cache."""
         if not batch and not drafts:
             return []
-        check_messages(batch, self.settings.max_text_bytes)
-        ids = self._ids.next_ids(len(batch) + len(drafts))
-        now = datetime.now(timezone.utc)
-        original_rows = [
-            original_row(row_id, app_id, user_id, message, now)
-            for row_id, message in zip(ids, batch, strict=False)
-        ]
-        display_rows = [
-            _display_row(row_id, app_id, user_id, draft, now)
-            for row_id, draft in zip(ids[len(batch) :], drafts, strict=True)
-        ]
-        missing = self._sql.insert(app_id, original_rows, display_rows, unanswered_in_batch(batch))
+        plan = plan_write(
+            app_id,
+            user_id,
+            batch,
+            drafts,
+            ids=self._ids.next_ids(len(batch) + len(drafts)),
+            now=datetime.now(timezone.utc),
+            max_text_bytes=self.settings.max_text_bytes,
+        )
+        missing = self._sql.insert(
+            app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
+        )
         if missing:
-            raise UnknownToolCallError(
-                f"tool result(s) for call id(s) {sorted(missing)} answer no tool request of app "
-                f"{app_id!r}; write the AiMessage with the request first"
-            )
-        if batch:
-            self.cache.append(app_id, [entry_for(message) for message in batch])
-        return ids[: len(batch)]
+            raise unknown_call_error(app_id, missing)
+        if plan.cache_entries:
+            self.cache.append(app_id, plan.cache_entries)
+        return plan.message_ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
         """A :class:`~memstore.collector.TurnCollector` for one streamed agent turn of the app.
@@ -212,7 +194,7 @@ class MemoryStore:
         """
         app = normalize_app_id(app_id)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        return self._window(app, _positive(max_messages, "max_messages"), first_user).messages
+        return self._window(app, positive(max_messages, "max_messages"), first_user).messages
 
     def memory(self, app_id: str | int) -> ChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -224,7 +206,7 @@ class MemoryStore:
         limit = (
             self.settings.reload_max
             if max_messages is None
-            else _positive(max_messages, "max_messages")
+            else positive(max_messages, "max_messages")
         )
         self.cache.invalidate(app)
         version = self.cache.read(app).version
@@ -235,14 +217,7 @@ class MemoryStore:
         cached = self.cache.store(
             app_id, [entry_for(m) for m in window.messages], window.synthetic_call_ids, version
         )
-        report = ReloadReport(
-            app_id=app_id,
-            messages=len(window.messages),
-            widened_groups=window.stats.widened_groups,
-            interrupted_answered=window.stats.interrupted_answered,
-            orphans_skipped=window.stats.orphans_skipped,
-            cached=cached,
-        )
+        report = reload_report(app_id, window, cached)
         return window.messages, report
 
     def history(
@@ -250,12 +225,7 @@ class MemoryStore:
     ) -> list[DisplayEntry]:
         """One page of the display history, newest first; pass the last id as ``before_id``."""
         app = normalize_app_id(app_id)
-        page = _positive(limit, "limit")
-        if page > MAX_HISTORY_PAGE:
-            raise InvalidInputError(f"limit must be at most {MAX_HISTORY_PAGE}, got {limit}")
-        if before_id is not None:
-            _positive(before_id, "before_id")
-        return self._sql.history(app, page, before_id)
+        return self._sql.history(app, history_page(limit, before_id), before_id)
 
     # -- operator actions ----------------------------------------------------------------------
 
@@ -327,19 +297,3 @@ class ChatMemory:
     def invalidate(self) -> None:
         """Drop the cached window; the next read rebuilds it from SQL."""
         self._store.cache.invalidate(self.app_id)
-
-
-def _display_row(
-    row_id: int, app_id: str, user_id: str | None, draft: DisplayDraft, now: datetime
-) -> dict[str, Any]:
-    return {
-        "id": row_id,
-        "app_id": app_id,
-        "user_id": user_id,
-        "role": draft.role,
-        "content": draft.content,
-        "status": draft.status,
-        "created_at": now,
-        "updated_at": now,
-        "is_deleted": False,
-    }

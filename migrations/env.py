@@ -13,6 +13,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection
 
+from memstore.sql.migrate import compare_options
 from memstore.sql.schema import metadata
 
 config = context.config
@@ -23,7 +24,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         render_as_batch=True,
-        compare_type=True,
+        **compare_options(),
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -12,22 +12,28 @@ A URL that is set but unreachable fails the tests that need it; it never skips t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
 import redis
+import redis.asyncio as aioredis
 from sqlalchemy.engine import Engine
 
 from memstore import MemoryStore, Settings
+from memstore.aio import AsyncMemoryStore
+from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache, AsyncWindowCache
 from memstore.cache.base import WindowCache, WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.sql import migrate
 from memstore.sql.engine import make_engine
+from tests.async_facade import SyncFacade
 
 POSTGRES_URL = os.environ.get("MEMSTORE_TEST_POSTGRES_URL")
 MYSQL_URL = os.environ.get("MEMSTORE_TEST_MYSQL_URL")
@@ -75,52 +81,89 @@ def make_cache(name: str, policy: WindowPolicy) -> WindowCache:
 
 
 BACKENDS = [
-    ("sqlite", "memory"),
-    ("sqlite", "fakeredis"),
-    ("sqlite", "redis"),
-    ("postgres", "fakeredis"),
-    ("postgres", "redis"),
-    ("mysql", "fakeredis"),
-    ("mysql", "redis"),
+    ("sync", "sqlite", "memory"),
+    ("sync", "sqlite", "fakeredis"),
+    ("sync", "sqlite", "redis"),
+    ("sync", "postgres", "fakeredis"),
+    ("sync", "postgres", "redis"),
+    ("sync", "mysql", "fakeredis"),
+    ("sync", "mysql", "redis"),
+    ("async", "sqlite", "memory"),
+    ("async", "sqlite", "fakeredis"),
+    ("async", "sqlite", "redis"),
+    ("async", "postgres", "redis"),
+    ("async", "mysql", "redis"),
 ]
 
 
-@pytest.fixture(params=BACKENDS, ids=[f"{db}-{cache}" for db, cache in BACKENDS])
-def backend(request: pytest.FixtureRequest) -> tuple[str, str]:
+@pytest.fixture(params=BACKENDS, ids=["-".join(b) for b in BACKENDS])
+def backend(request: pytest.FixtureRequest) -> tuple[str, str, str]:
     return request.param  # type: ignore[no-any-return]
 
 
-class StoreFactory:
-    """Builds stores on one database/cache pair; the contract tests take settings from it."""
+def make_async_cache(name: str, policy: WindowPolicy) -> AsyncWindowCache:
+    if name == "memory":
+        return AsyncInProcessWindowCache(policy)
+    if name == "fakeredis":
+        return AsyncRedisWindowCache(fakeredis.FakeAsyncRedis(), policy)
+    redis_client()  # skip or fail exactly like the sync cache
+    assert REDIS_URL is not None
+    return AsyncRedisWindowCache(aioredis.Redis.from_url(REDIS_URL), policy, owns_client=True)
 
-    def __init__(self, db: str, cache: str, engine: Engine) -> None:
+
+class StoreFactory:
+    """Builds stores on one flavour/database/cache triple; tests pass settings through it.
+
+    The async flavour runs :class:`AsyncMemoryStore` behind a test-only sync facade, so the
+    one contract suite covers both stores.
+    """
+
+    def __init__(self, flavor: str, db: str, cache: str, engine: Engine) -> None:
+        self.flavor = flavor
         self.db = db
         self.cache_name = cache
         self.engine = engine
-        self._stores: list[MemoryStore] = []
+        self._stores: list[Any] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def __call__(self, **settings: object) -> MemoryStore:
+    def __call__(self, **settings: Any) -> Any:
         config = Settings(
-            database_url=str(self.engine.url.render_as_string(hide_password=False)), **settings
-        )  # type: ignore[arg-type]
+            database_url=self.engine.url.render_as_string(hide_password=False), **settings
+        )
         policy = WindowPolicy(
             config.window_size, config.cache_ttl_seconds, config.window_start_at_user
         )
-        store = MemoryStore(config, engine=self.engine, cache=make_cache(self.cache_name, policy))
-        self._stores.append(store)
-        return store
+        if self.flavor == "sync":
+            store = MemoryStore(
+                config, engine=self.engine, cache=make_cache(self.cache_name, policy)
+            )
+            self._stores.append(store)
+            return store
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        async_store = AsyncMemoryStore(config, cache=make_async_cache(self.cache_name, policy))
+        facade = SyncFacade(async_store, self._loop, self.engine)
+        self._stores.append(facade)
+        return facade
 
     def close(self) -> None:
         for store in self._stores:
-            store.cache.close()
+            if isinstance(store, SyncFacade):
+                store.cache.close()
+                store.close()
+            else:
+                store.cache.close()
+        if self._loop is not None:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
 
 @pytest.fixture
 def make_store(
-    backend: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+    backend: tuple[str, str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StoreFactory]:
-    db, cache = backend
-    factory = StoreFactory(db, cache, migrated_engine(db, tmp_path_factory))
+    flavor, db, cache = backend
+    factory = StoreFactory(flavor, db, cache, migrated_engine(db, tmp_path_factory))
     yield factory
     factory.close()
 

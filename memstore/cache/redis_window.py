@@ -5,6 +5,9 @@ already durable in SQL). Apps whose update was skipped are remembered and their 
 dropped on the next successful contact, so a window that missed a write is rebuilt rather
 than served stale. After a failure the cache rests for ``retry_after_seconds`` instead of
 paying the timeout on every call.
+
+The argument layouts and the failure bookkeeping here are shared with the asyncio twin in
+:mod:`memstore.cache.aio`.
 """
 
 from __future__ import annotations
@@ -28,16 +31,88 @@ logger = logging.getLogger("memstore")
 T = TypeVar("T")
 
 CACHE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+UNAVAILABLE = "\x00unavailable"
+"""The version of a read that failed; a rebuild guarded by it is never stored."""
 
 
-def client_from_url(url: str, timeout_seconds: float) -> redis.Redis:
-    """A client that fails fast: short timeouts, no retries (the cache is optional)."""
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=timeout_seconds,
-        socket_connect_timeout=timeout_seconds,
-        retry=Retry(NoBackoff(), 0),
-    )
+def client_options(timeout_seconds: float) -> dict[str, Any]:
+    """Fail fast: short timeouts, no retries (the cache is optional)."""
+    return {
+        "socket_timeout": timeout_seconds,
+        "socket_connect_timeout": timeout_seconds,
+        "retry": Retry(NoBackoff(), 0),
+    }
+
+
+def append_args(policy: WindowPolicy, entries: Sequence[WindowEntry]) -> list[Any]:
+    """ARGV of :data:`scripts.APPEND`."""
+    return [
+        policy.ttl_seconds,
+        policy.max_messages,
+        "1" if policy.start_at_user else "0",
+        *(encode_entry(entry) for entry in entries),
+    ]
+
+
+def store_args(
+    policy: WindowPolicy,
+    expected_version: str,
+    entries: Sequence[WindowEntry],
+    synthetic_call_ids: Sequence[str],
+) -> list[Any]:
+    """ARGV of :data:`scripts.STORE`."""
+    return [
+        expected_version,
+        policy.ttl_seconds,
+        len(synthetic_call_ids),
+        *synthetic_call_ids,
+        *(encode_entry(entry) for entry in entries),
+    ]
+
+
+def cached_window(raw: list[bytes], version: bytes | None) -> CachedWindow:
+    """A read's outcome from the LRANGE and GET replies."""
+    token = version.decode() if version is not None else ""
+    return CachedWindow(decode_entries(raw) if raw else None, token)
+
+
+class CacheHealth:
+    """Failure bookkeeping shared by the sync and async Redis caches (thread-safe)."""
+
+    def __init__(self, retry_after_seconds: float) -> None:
+        self._retry_after = retry_after_seconds
+        self._lock = threading.Lock()
+        self._dirty: set[str] = set()
+        self._resting_until = 0.0
+
+    def resting(self, app_id: str, *, dirty: bool) -> bool:
+        """True while the cache rests after a failure; a skipped write marks the app dirty."""
+        if time.monotonic() >= self._resting_until:
+            return False
+        if dirty:
+            self.mark_dirty(app_id)
+        return True
+
+    def failed(self, what: str, app_id: str, error: BaseException, *, dirty: bool) -> None:
+        with self._lock:
+            self._resting_until = time.monotonic() + self._retry_after
+        if dirty:
+            self.mark_dirty(app_id)
+        logger.warning(
+            "memstore: Redis %s failed for app %r (%s); serving from SQL", what, app_id, error
+        )
+
+    def mark_dirty(self, app_id: str) -> None:
+        with self._lock:
+            self._dirty.add(app_id)
+
+    def dirty_apps(self) -> list[str]:
+        with self._lock:
+            return list(self._dirty)
+
+    def cleaned(self, app_id: str) -> None:
+        with self._lock:
+            self._dirty.discard(app_id)
 
 
 class RedisWindowCache:
@@ -54,55 +129,31 @@ class RedisWindowCache:
         self._client = client
         self._policy = policy
         self._owns_client = owns_client
-        self._retry_after = retry_after_seconds
         self._append = client.register_script(scripts.APPEND)
         self._store = client.register_script(scripts.STORE)
-        self._lock = threading.Lock()
-        self._dirty: set[str] = set()
-        self._resting_until = 0.0
+        self._health = CacheHealth(retry_after_seconds)
 
     @classmethod
     def from_url(cls, url: str, policy: WindowPolicy, timeout_seconds: float) -> RedisWindowCache:
         """Connect to ``url``; the cache closes the client it made."""
-        return cls(client_from_url(url, timeout_seconds), policy, owns_client=True)
+        client = redis.Redis.from_url(url, **client_options(timeout_seconds))
+        return cls(client, policy, owns_client=True)
 
     @property
     def client(self) -> redis.Redis:
         return self._client
 
-    # -- failure handling ------------------------------------------------------------------
-
     def _call(self, what: str, app_id: str, action: Callable[[], T], *, dirty: bool) -> T | None:
-        if time.monotonic() < self._resting_until:
-            if dirty:
-                self._mark_dirty(app_id)
+        if self._health.resting(app_id, dirty=dirty):
             return None
         try:
-            self._drop_dirty_windows()
+            for stale in self._health.dirty_apps():
+                self._invalidate_now(stale)
+                self._health.cleaned(stale)
             return action()
         except CACHE_ERRORS as error:
-            with self._lock:
-                self._resting_until = time.monotonic() + self._retry_after
-            if dirty:
-                self._mark_dirty(app_id)
-            logger.warning(
-                "memstore: Redis %s failed for app %r (%s); serving from SQL", what, app_id, error
-            )
+            self._health.failed(what, app_id, error, dirty=dirty)
             return None
-
-    def _mark_dirty(self, app_id: str) -> None:
-        with self._lock:
-            self._dirty.add(app_id)
-
-    def _drop_dirty_windows(self) -> None:
-        if not self._dirty:
-            return
-        with self._lock:
-            pending = list(self._dirty)
-        for app_id in pending:
-            self._invalidate_now(app_id)
-            with self._lock:
-                self._dirty.discard(app_id)
 
     def _invalidate_now(self, app_id: str) -> None:
         window, interrupted, version = keys.app_keys(app_id)
@@ -112,19 +163,16 @@ class RedisWindowCache:
         pipe.expire(version, self._policy.ttl_seconds)
         pipe.execute()
 
-    # -- the WindowCache protocol -----------------------------------------------------------
-
     def read(self, app_id: str) -> CachedWindow:
         def action() -> CachedWindow:
             pipe = self._client.pipeline(transaction=False)
             pipe.lrange(keys.window_key(app_id), 0, -1)
             pipe.get(keys.version_key(app_id))
             raw, version = pipe.execute()
-            token = version.decode() if version is not None else ""
-            return CachedWindow(decode_entries(raw) if raw else None, token)
+            return cached_window(raw, version)
 
         result = self._call("read", app_id, action, dirty=False)
-        return result if result is not None else CachedWindow(None, _UNAVAILABLE)
+        return result if result is not None else CachedWindow(None, UNAVAILABLE)
 
     def store(
         self,
@@ -133,36 +181,19 @@ class RedisWindowCache:
         synthetic_call_ids: Sequence[str],
         expected_version: str,
     ) -> bool:
-        if expected_version == _UNAVAILABLE or not entries:
+        if expected_version == UNAVAILABLE or not entries:
             return False
-        args: list[Any] = [
-            expected_version,
-            self._policy.ttl_seconds,
-            len(synthetic_call_ids),
-            *synthetic_call_ids,
-            *(encode_entry(entry) for entry in entries),
-        ]
+        args = store_args(self._policy, expected_version, entries, synthetic_call_ids)
+        app_keys = list(keys.app_keys(app_id))
         stored = self._call(
-            "store",
-            app_id,
-            lambda: self._store(keys=list(keys.app_keys(app_id)), args=args),
-            dirty=False,
+            "store", app_id, lambda: self._store(keys=app_keys, args=args), dirty=False
         )
         return stored == 1
 
     def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        args: list[Any] = [
-            self._policy.ttl_seconds,
-            self._policy.max_messages,
-            "1" if self._policy.start_at_user else "0",
-            *(encode_entry(entry) for entry in entries),
-        ]
-        self._call(
-            "append",
-            app_id,
-            lambda: self._append(keys=list(keys.app_keys(app_id)), args=args),
-            dirty=True,
-        )
+        args = append_args(self._policy, entries)
+        app_keys = list(keys.app_keys(app_id))
+        self._call("append", app_id, lambda: self._append(keys=app_keys, args=args), dirty=True)
 
     def invalidate(self, app_id: str) -> None:
         self._call("invalidate", app_id, lambda: self._invalidate_now(app_id), dirty=True)
@@ -176,6 +207,3 @@ class RedisWindowCache:
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
-
-
-_UNAVAILABLE = "\x00unavailable"

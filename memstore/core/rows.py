@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memstore.core.display import DisplayDraft
 from memstore.errors import StorageError
 from memstore.messages import MESSAGE_ADAPTER, AiMessage, Message, ToolResult
 
@@ -51,6 +52,23 @@ def original_row(
         "message_type": message_type(message),
         "tool_call_id": message.id if isinstance(message, ToolResult) else None,
         "payload": encode_payload(message),
+        "created_at": now,
+        "updated_at": now,
+        "is_deleted": False,
+    }
+
+
+def display_row(
+    row_id: int, app_id: str, user_id: str | None, draft: DisplayDraft, now: Any
+) -> dict[str, Any]:
+    """The full column dict of one display-history row."""
+    return {
+        "id": row_id,
+        "app_id": app_id,
+        "user_id": user_id,
+        "role": draft.role,
+        "content": draft.content,
+        "status": draft.status,
         "created_at": now,
         "updated_at": now,
         "is_deleted": False,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from memstore.errors import ConfigurationError
 
@@ -22,6 +24,44 @@ def migrations_dir() -> Path:
     raise ConfigurationError("memstore's migration scripts are missing from this installation")
 
 
+_BOOLEAN_LITERALS = {"0": False, "false": False, "1": True, "true": True}
+
+
+def _boolean_literal(rendered: str | None) -> bool | None:
+    if rendered is None:
+        return None
+    return _BOOLEAN_LITERALS.get(rendered.strip().strip("()").strip("'\"").lower())
+
+
+def compare_server_default(
+    context: MigrationContext,
+    inspected_column: Any,
+    metadata_column: sa.Column[Any],
+    inspected_default: str | None,
+    metadata_default: Any,
+    rendered_metadata_default: str | None,
+) -> bool | None:
+    """Alembic's server-default comparison, with boolean defaults compared by value.
+
+    MySQL/MariaDB have no boolean type: ``BOOLEAN`` is ``TINYINT(1)`` and a ``false()`` default
+    is stored and reflected as ``'0'`` while the metadata renders ``false``, so alembic would
+    report a change that is none. Both sides are read as booleans here; every other column (and
+    a boolean default that is not a plain literal) goes to alembic's own comparison (``None``).
+    """
+    if isinstance(metadata_column.type, sa.Boolean):
+        inspected = _boolean_literal(inspected_default)
+        rendered = _boolean_literal(rendered_metadata_default)
+        if inspected is not None and rendered is not None:
+            return inspected != rendered
+    return None
+
+
+def compare_options() -> dict[str, Any]:
+    """How autogenerate compares the live schema with ``schema.metadata``: column types and
+    server defaults. ``migrations/env.py`` and the schema test both use it."""
+    return {"compare_type": True, "compare_server_default": compare_server_default}
+
+
 def alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
@@ -30,10 +70,16 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema up to ``revision``."""
-    config = alembic_config()
     with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        upgrade_connection(connection, revision)
+
+
+def upgrade_connection(connection: Connection, revision: str = "head") -> None:
+    """Bring the schema up to ``revision`` inside the caller's transaction (the async store
+    runs this through ``AsyncConnection.run_sync``)."""
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:

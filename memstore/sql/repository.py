@@ -86,6 +86,14 @@ def display_entry(row: Any) -> DisplayEntry:
     )
 
 
+def purge_statements(app_id: str) -> tuple[sa.Delete, sa.Delete]:
+    """Exact-match deletes of one app's rows in both tables."""
+    return (
+        original.delete().where(original.c.app_id == app_id),
+        display.delete().where(display.c.app_id == app_id),
+    )
+
+
 class SqlHistory:
     """The two history tables on one synchronous engine."""
 
@@ -141,6 +149,5 @@ class SqlHistory:
     def purge(self, app_id: str) -> tuple[int, int]:
         """Hard-delete the app's rows in both tables; return (original, display) counts."""
         with translated_errors("purging history"), self.engine.begin() as conn:
-            originals = conn.execute(original.delete().where(original.c.app_id == app_id))
-            displays = conn.execute(display.delete().where(display.c.app_id == app_id))
-            return originals.rowcount, displays.rowcount
+            originals, displays = purge_statements(app_id)
+            return conn.execute(originals).rowcount, conn.execute(displays).rowcount

@@ -49,11 +49,12 @@ class InsertCounter:
 @contextmanager
 def count_inserts(store: MemoryStore) -> Iterator[InsertCounter]:
     counter = InsertCounter()
-    sa.event.listen(store.engine, "before_cursor_execute", counter)
+    engine = getattr(store, "event_engine", store.engine)  # the async store's sync_engine
+    sa.event.listen(engine, "before_cursor_execute", counter)
     try:
         yield counter
     finally:
-        sa.event.remove(store.engine, "before_cursor_execute", counter)
+        sa.event.remove(engine, "before_cursor_execute", counter)
 
 
 def original_count(store: MemoryStore, app_id: str) -> int:

@@ -1,0 +1,375 @@
+"""``AsyncMemoryStore``: the asyncio form of :class:`memstore.MemoryStore`.
+
+>>> import asyncio
+>>> from memstore import Settings, UserMessage
+>>> from memstore.aio import AsyncMemoryStore
+>>> async def main() -> list[str]:
+...     async with AsyncMemoryStore(Settings(database_url="sqlite:///:memory:")) as store:
+...         await store.migrate()
+...         await store.memory("app-1").add(UserMessage(text="hi"))
+...         return [m.type for m in await store.memory("app-1").messages()]
+>>> asyncio.run(main())
+['user']
+
+Same methods and guarantees as the sync store, as coroutines, on SQLAlchemy's async engine
+and ``redis.asyncio``. Every decision (window selection, edge check, eviction, stream
+assembly, row layout) is the same pure code the sync store runs; only the I/O is awaited.
+Needs the ``async`` extra (``pip install 'memstore[async]'``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache, AsyncWindowCache
+from memstore.cache.base import WindowPolicy
+from memstore.collector import failure_reason
+from memstore.config import Settings
+from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
+from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.loader import RowRequest, WindowSteps, window_steps
+from memstore.core.plans import (
+    history_page,
+    plan_write,
+    positive,
+    reload_report,
+    unknown_call_error,
+)
+from memstore.core.stream import StreamAssembler, turn_display
+from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.ids import SnowflakeGenerator, shared_generator
+from memstore.messages import Message, ToolRequest, parse_message
+from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.sql import migrate as migrations
+from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+
+logger = logging.getLogger("memstore")
+
+
+async def _run_steps(steps: WindowSteps, sql: AsyncSqlHistory, app_id: str) -> Window:
+    try:
+        request: RowRequest = next(steps)
+        while True:
+            request = steps.send(await sql.fetch(app_id, request))
+    except StopIteration as done:
+        window: Window = done.value
+        return window
+
+
+class AsyncMemoryStore:
+    """Chat memory on an async engine and cache. Share one per event loop (or process).
+
+    Args:
+        settings: configuration; ``Settings()`` when omitted.
+        engine: an ``AsyncEngine`` to use instead of one built from ``settings.database_url``
+            (the sync URL is mapped to an asyncio driver; see :mod:`memstore.sql.aio`).
+        cache: an :class:`~memstore.cache.aio.AsyncWindowCache` instead of the default one.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        cache: AsyncWindowCache | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self._owns_engine = engine is None
+        self.engine = (
+            engine if engine is not None else make_async_engine(self.settings.database_url)
+        )
+        self._sql = AsyncSqlHistory(self.engine)
+        self._owns_cache = cache is None
+        self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
+        self._ids: SnowflakeGenerator = shared_generator(
+            self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
+        )
+        self._formatters: dict[str, ToolFormatter] = {}
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> AsyncMemoryStore:
+        """A store configured from the ``MEMSTORE_*`` environment variables."""
+        return cls(Settings.from_env(**overrides))
+
+    def _default_cache(self) -> AsyncWindowCache:
+        policy = WindowPolicy(
+            max_messages=self.settings.window_size,
+            ttl_seconds=self.settings.cache_ttl_seconds,
+            start_at_user=self.settings.window_start_at_user,
+        )
+        if self.settings.redis_url:
+            return AsyncRedisWindowCache.from_url(
+                self.settings.redis_url, policy, self.settings.redis_timeout_seconds
+            )
+        return AsyncInProcessWindowCache(policy)
+
+    async def migrate(self, revision: str = "head") -> None:
+        """Upgrade the schema (the same Alembic migrations as the sync store)."""
+        async with self.engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade_connection, revision)
+
+    def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
+        """See :meth:`memstore.MemoryStore.register_formatter`."""
+        self._formatters[tool_name] = formatter
+
+    @property
+    def formatters(self) -> Mapping[str, ToolFormatter]:
+        return self._formatters
+
+    async def append(
+        self,
+        app_id: str | int,
+        messages: Iterable[Message | dict[str, Any]],
+        user_id: str | None = None,
+    ) -> list[int]:
+        """See :meth:`memstore.MemoryStore.append`."""
+        app = normalize_app_id(app_id)
+        user = normalize_user_id(user_id)
+        batch = [parse_message(message) for message in messages]
+        return await self._write(app, user, batch, display_drafts(batch, self._formatters))
+
+    async def _write(
+        self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
+    ) -> list[int]:
+        if not batch and not drafts:
+            return []
+        plan = plan_write(
+            app_id,
+            user_id,
+            batch,
+            drafts,
+            ids=self._ids.next_ids(len(batch) + len(drafts)),
+            now=datetime.now(timezone.utc),
+            max_text_bytes=self.settings.max_text_bytes,
+        )
+        missing = await self._sql.insert(
+            app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
+        )
+        if missing:
+            raise unknown_call_error(app_id, missing)
+        if plan.cache_entries:
+            await self.cache.append(app_id, plan.cache_entries)
+        return plan.message_ids
+
+    def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
+        """An :class:`AsyncTurnCollector` for one streamed turn; use it with ``async with``."""
+        return AsyncTurnCollector(self, normalize_app_id(app_id), normalize_user_id(user_id))
+
+    async def load_window(
+        self, app_id: str | int, max_messages: int = 50, *, start_at_user: bool | None = None
+    ) -> list[Message]:
+        """See :meth:`memstore.MemoryStore.load_window`."""
+        app = normalize_app_id(app_id)
+        first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
+        steps = window_steps(positive(max_messages, "max_messages"), start_at_user=first_user)
+        return (await _run_steps(steps, self._sql, app)).messages
+
+    def memory(self, app_id: str | int) -> AsyncChatMemory:
+        """The memory window of one app (cached, rebuilt from SQL on a miss)."""
+        return AsyncChatMemory(self, normalize_app_id(app_id))
+
+    async def reload(self, app_id: str | int, max_messages: int | None = None) -> ReloadReport:
+        """See :meth:`memstore.MemoryStore.reload`."""
+        app = normalize_app_id(app_id)
+        limit = (
+            self.settings.reload_max
+            if max_messages is None
+            else positive(max_messages, "max_messages")
+        )
+        await self.cache.invalidate(app)
+        version = (await self.cache.read(app)).version
+        return (await self._rebuild(app, limit, version))[1]
+
+    async def _rebuild(
+        self, app_id: str, limit: int, version: str
+    ) -> tuple[list[Message], ReloadReport]:
+        steps = window_steps(limit, start_at_user=self.settings.window_start_at_user)
+        window = await _run_steps(steps, self._sql, app_id)
+        cached = await self.cache.store(
+            app_id, [entry_for(m) for m in window.messages], window.synthetic_call_ids, version
+        )
+        return window.messages, reload_report(app_id, window, cached)
+
+    async def history(
+        self, app_id: str | int, limit: int = 20, before_id: int | None = None
+    ) -> list[DisplayEntry]:
+        """See :meth:`memstore.MemoryStore.history`."""
+        app = normalize_app_id(app_id)
+        return await self._sql.history(app, history_page(limit, before_id), before_id)
+
+    async def purge(self, app_id: str | int) -> PurgeReport:
+        """See :meth:`memstore.MemoryStore.purge`."""
+        app = normalize_app_id(app_id)
+        originals, displays = await self._sql.purge(app)
+        keys = await self.cache.purge(app)
+        logger.info(
+            "memstore purge app_id=%r original_rows=%d display_rows=%d cache_keys=%d",
+            app,
+            originals,
+            displays,
+            keys,
+        )
+        return PurgeReport(
+            app_id=app, original_rows=originals, display_rows=displays, cache_keys=keys
+        )
+
+    async def close(self) -> None:
+        """Release the connections this store created."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_cache:
+            await self.cache.close()
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    async def __aenter__(self) -> AsyncMemoryStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class AsyncChatMemory:
+    """One app's memory window (see :class:`memstore.ChatMemory`)."""
+
+    def __init__(self, store: AsyncMemoryStore, app_id: str) -> None:
+        self._store = store
+        self.app_id = app_id
+
+    async def messages(self) -> list[Message]:
+        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages)."""
+        cached = await self._store.cache.read(self.app_id)
+        if cached.messages is not None:
+            return answer_open_group(cached.messages)
+        messages, _ = await self._store._rebuild(
+            self.app_id, self._store.settings.reload_max, cached.version
+        )
+        return messages
+
+    async def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
+        """Write ``message`` durably, then append it to the cached window; return its id."""
+        return (await self._store.append(self.app_id, [message], user_id=user_id))[0]
+
+    async def add_all(
+        self, messages: Iterable[Message | dict[str, Any]], user_id: str | None = None
+    ) -> list[int]:
+        """Write several messages in one transaction."""
+        return await self._store.append(self.app_id, messages, user_id=user_id)
+
+    async def invalidate(self) -> None:
+        """Drop the cached window; the next read rebuilds it from SQL."""
+        await self._store.cache.invalidate(self.app_id)
+
+
+class AsyncTurnCollector:
+    """The asyncio form of :class:`memstore.collector.TurnCollector`.
+
+    ``on_text``, ``on_tool_call_delta`` and ``tool_calls`` are plain methods (no I/O);
+    ``on_tool_executed`` and ``feed`` are coroutines because they may flush.
+    """
+
+    def __init__(self, store: AsyncMemoryStore, app_id: str, user_id: str | None) -> None:
+        self._store = store
+        self.app_id = app_id
+        self.user_id = user_id
+        self._assembler = StreamAssembler()
+        self.flushes = 0
+
+    def on_text(self, delta: str) -> None:
+        self._assembler.on_text(delta)
+
+    def on_tool_call_delta(
+        self,
+        index: int,
+        id: str | None = None,
+        name: str | None = None,
+        arguments: str | None = None,
+    ) -> None:
+        self._assembler.on_tool_call_delta(index, id=id, name=name, arguments=arguments)
+
+    def tool_calls(self) -> list[ToolRequest]:
+        return self._assembler.tool_calls()
+
+    async def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
+        if self._assembler.on_tool_executed(id, result, is_error):
+            await self._flush(None)
+
+    async def feed(self, chunk: object) -> None:
+        if self._assembler.feed(chunk):
+            await self._flush(None)
+
+    @property
+    def turn_messages(self) -> list[Message]:
+        return self._assembler.turn_messages
+
+    async def _flush(self, display: DisplayDraft | None) -> None:
+        batch = self._assembler.ready
+        if not batch and display is None:
+            return
+        await self._store._write(
+            self.app_id, self.user_id, list(batch), [display] if display is not None else []
+        )
+        self._assembler.mark_flushed(len(batch))
+        self.flushes += 1
+
+    async def _complete(self) -> None:
+        self._assembler.end_turn()
+        await self._flush(turn_display(self._assembler.turn_messages, self._store.formatters))
+        if self._assembler.unanswered_call_ids():
+            await self._store.memory(self.app_id).invalidate()
+
+    async def _fail(self, error: BaseException) -> None:
+        self._assembler.fail_turn()
+        draft = turn_display(
+            self._assembler.turn_messages, self._store.formatters, failure_reason(error)
+        )
+        try:
+            await self._flush(draft)
+        except Exception:
+            logger.warning(
+                "memstore collector: flushing the failed turn of app %r failed",
+                self.app_id,
+                exc_info=True,
+            )
+            try:
+                await self._store._write(
+                    self.app_id, self.user_id, [], [draft] if draft is not None else []
+                )
+            except Exception:
+                logger.warning(
+                    "memstore collector: the display row of app %r's failed turn was lost",
+                    self.app_id,
+                    exc_info=True,
+                )
+        await self._store.memory(self.app_id).invalidate()
+
+    async def __aenter__(self) -> AsyncTurnCollector:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            await self._fail(exc)
+            return
+        try:
+            await self._complete()
+        except BaseException as error:
+            await self._fail(error)
+            raise

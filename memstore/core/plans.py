@@ -1,0 +1,104 @@
+"""What a store operation will do, decided before any I/O; sync and async stores share it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from memstore.core.display import DisplayDraft
+from memstore.core.inputs import check_messages
+from memstore.core.rows import display_row, original_row
+from memstore.core.window import Window, WindowEntry, entry_for
+from memstore.errors import InvalidInputError, UnknownToolCallError
+from memstore.messages import AiMessage, Message, ToolResult
+from memstore.reports import ReloadReport
+
+MAX_HISTORY_PAGE = 1000
+
+
+def unanswered_in_batch(messages: Iterable[Message]) -> set[str]:
+    """Result ids of a batch that no earlier request of the same batch carries."""
+    requested: set[str] = set()
+    unresolved: set[str] = set()
+    for message in messages:
+        if isinstance(message, AiMessage):
+            requested.update(call.id for call in message.tool_requests)
+        elif isinstance(message, ToolResult) and message.id not in requested:
+            unresolved.add(message.id)
+    return unresolved
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """The rows of one append, and what the cache gets once they are committed."""
+
+    original_rows: list[dict[str, Any]]
+    display_rows: list[dict[str, Any]]
+    unresolved_call_ids: set[str]
+    """Result ids whose request must already be stored for the app (checked in the transaction)."""
+    cache_entries: list[WindowEntry]
+    message_ids: list[int]
+
+
+def plan_write(
+    app_id: str,
+    user_id: str | None,
+    batch: Sequence[Message],
+    drafts: Sequence[DisplayDraft],
+    *,
+    ids: Sequence[int],
+    now: datetime,
+    max_text_bytes: int,
+) -> WritePlan:
+    """Check ``batch`` against the limits and lay out its rows; ``ids`` has one id per row."""
+    check_messages(batch, max_text_bytes)
+    count = len(batch)
+    return WritePlan(
+        original_rows=[
+            original_row(row_id, app_id, user_id, message, now)
+            for row_id, message in zip(ids[:count], batch, strict=True)
+        ],
+        display_rows=[
+            display_row(row_id, app_id, user_id, draft, now)
+            for row_id, draft in zip(ids[count:], drafts, strict=True)
+        ],
+        unresolved_call_ids=unanswered_in_batch(batch),
+        cache_entries=[entry_for(message) for message in batch],
+        message_ids=list(ids[:count]),
+    )
+
+
+def unknown_call_error(app_id: str, missing: set[str]) -> UnknownToolCallError:
+    return UnknownToolCallError(
+        f"tool result(s) for call id(s) {sorted(missing)} answer no tool request of app "
+        f"{app_id!r}; write the AiMessage with the request first"
+    )
+
+
+def positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def history_page(limit: int, before_id: int | None) -> int:
+    """Validate the arguments of a display-history page; return the page size."""
+    page = positive(limit, "limit")
+    if page > MAX_HISTORY_PAGE:
+        raise InvalidInputError(f"limit must be at most {MAX_HISTORY_PAGE}, got {limit}")
+    if before_id is not None:
+        positive(before_id, "before_id")
+    return page
+
+
+def reload_report(app_id: str, window: Window, cached: bool) -> ReloadReport:
+    return ReloadReport(
+        app_id=app_id,
+        messages=len(window.messages),
+        widened_groups=window.stats.widened_groups,
+        interrupted_answered=window.stats.interrupted_answered,
+        orphans_skipped=window.stats.orphans_skipped,
+        cached=cached,
+    )

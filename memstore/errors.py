@@ -76,3 +76,34 @@ class StorageError(MemstoreError):
 
 class SchemaError(StorageError):
     """The database schema is missing or not at the migration head; run ``store.migrate()``."""
+
+
+class FormatConversionError(InvalidMessageError):
+    """A message cannot be converted to or from a provider format (``memstore.formats``).
+
+    Raised for an unknown role or message type, a missing or mistyped field, an unknown key,
+    content the canonical model cannot hold (images, thinking blocks...) or a canonical message
+    the format cannot express (Anthropic tool arguments that are not a JSON object).
+    ``provider`` names the format (``"openai"``, ``"anthropic"``, ``"langchain4j"``) and
+    ``index`` the position of the offending message in the list given (``-1`` when the list
+    itself, or the Anthropic ``system`` parameter, is malformed).
+    """
+
+    def __init__(self, detail: str, *, provider: str, index: int) -> None:
+        super().__init__(detail)
+        self.provider = provider
+        self.index = index
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """An optional integration was imported without the extra that installs its framework.
+
+    ``extra`` names the extra (``"langchain"``, ``"openai-agents"``) and ``install`` the exact
+    command that adds it (``pip install 'memstore[langchain]'``). It is also an
+    :class:`ImportError`, so ``except ImportError`` around an optional import keeps working.
+    """
+
+    def __init__(self, detail: str, *, extra: str, install: str) -> None:
+        super().__init__(detail)
+        self.extra = extra
+        self.install = install

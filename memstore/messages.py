@@ -26,7 +26,6 @@ from pydantic import (
     StrictStr,
     TypeAdapter,
     ValidationError,
-    ValidatorFunctionWrapHandler,
     model_validator,
 )
 
@@ -44,13 +43,15 @@ def _describe(error: ValidationError) -> str:
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _typed_errors(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    def __init__(self, **data: Any) -> None:
+        # Converting here rather than in a wrap validator keeps decoding (which validates
+        # thousands of stored messages) free of a Python call per model.
         try:
-            return handler(data)
+            super().__init__(**data)
         except ValidationError as error:
-            raise InvalidMessageError(f"invalid {cls.__name__}: {_describe(error)}") from error
+            raise InvalidMessageError(
+                f"invalid {type(self).__name__}: {_describe(error)}"
+            ) from error
 
 
 class ToolRequest(_Model):
@@ -91,10 +92,14 @@ class AiMessage(_Model):
 
     @model_validator(mode="after")
     def _check_shape(self) -> AiMessage:
-        if self.text is None and not self.tool_requests:
-            raise InvalidMessageError("invalid AiMessage: needs text or at least one tool request")
-        ids = [request.id for request in self.tool_requests]
-        if len(set(ids)) != len(ids):
+        requests = self.tool_requests
+        if not requests:
+            if self.text is None:
+                raise InvalidMessageError(
+                    "invalid AiMessage: needs text or at least one tool request"
+                )
+        elif len(requests) > 1 and len({request.id for request in requests}) != len(requests):
+            ids = [request.id for request in requests]
             raise InvalidMessageError(f"invalid AiMessage: duplicate tool call ids in {ids}")
         return self
 

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
+from pydantic import ValidationError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from memstore.cache import keys, scripts
 from memstore.cache.base import CachedWindow, WindowPolicy, decode_entries, encode_entry
 from memstore.core.window import WindowEntry
+from memstore.errors import MemstoreError
 
 logger = logging.getLogger("memstore")
 
@@ -71,9 +73,19 @@ def store_args(
 
 
 def cached_window(raw: list[bytes], version: bytes | None) -> CachedWindow:
-    """A read's outcome from the LRANGE and GET replies."""
+    """A read's outcome from the LRANGE and GET replies.
+
+    An entry that does not decode (written by another memstore version, or damaged) makes the
+    read a miss: the rebuild replaces the whole window.
+    """
     token = version.decode() if version is not None else ""
-    return CachedWindow(decode_entries(raw) if raw else None, token)
+    if not raw:
+        return CachedWindow(None, token)
+    try:
+        return CachedWindow(decode_entries(raw), token)
+    except (ValidationError, MemstoreError, ValueError) as error:
+        logger.warning("memstore: a cached window does not decode (%s); rebuilding it", error)
+        return CachedWindow(None, token)
 
 
 class CacheHealth:

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from memstore.core.window import StoredMessage
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import rows_to_messages
+from memstore.sql.repository import in_app, rows_to_messages
 from memstore.sql.schema import display, original
 
 APP_PAGE = 500
@@ -49,11 +49,11 @@ def iter_history(engine: Engine, app_id: str, page: int = ROW_PAGE) -> Iterator[
         query = (
             sa.select(original.c.id, original.c.payload)
             .where(
-                original.c.app_id == app_id,
+                in_app(original, app_id),
                 original.c.is_deleted == sa.false(),
                 original.c.id > after,
             )
-            .order_by(original.c.id)
+            .order_by(original.c.app_id, original.c.id)
             .limit(page)
         )
         with translated_errors("reading history"), engine.connect() as conn:

@@ -19,12 +19,29 @@ from memstore.sql.schema import display, original
 REQUEST_SCAN_PAGE = 200
 
 
+def in_app(table: sa.Table, app_id: str) -> sa.ColumnElement[bool]:
+    """``app_id = :app``, spelled as a one-value range.
+
+    With plain equality PostgreSQL folds ``app_id`` out of the sort and, for an app whose rows
+    are old, scans the primary key backwards through every newer row of other apps (100 ms at
+    300k rows instead of 0.2 ms). The range keeps ``ORDER BY app_id, id`` meaningful, so every
+    database walks the ``(app_id, id)`` index. Ids compare byte for byte, so the range holds
+    exactly the rows equality would.
+    """
+    return sa.and_(table.c.app_id >= app_id, table.c.app_id <= app_id)
+
+
+def newest_first(table: sa.Table) -> tuple[sa.UnaryExpression[Any], sa.UnaryExpression[Any]]:
+    """The ``(app_id, id)`` index order, newest first (see :func:`in_app`)."""
+    return table.c.app_id.desc(), table.c.id.desc()
+
+
 def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     """The newest non-deleted original rows of one app (newest first), as the loader asks."""
     query = (
         sa.select(original.c.id, original.c.payload)
-        .where(original.c.app_id == app_id, original.c.is_deleted == sa.false())
-        .order_by(original.c.id.desc())
+        .where(in_app(original, app_id), original.c.is_deleted == sa.false())
+        .order_by(*newest_first(original))
         .limit(request.limit)
     )
     if request.before_id is not None:
@@ -44,11 +61,11 @@ def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
     query = (
         sa.select(original.c.id, original.c.payload)
         .where(
-            original.c.app_id == app_id,
+            in_app(original, app_id),
             original.c.message_type == TOOL_REQUEST,
             original.c.is_deleted == sa.false(),
         )
-        .order_by(original.c.id.desc())
+        .order_by(*newest_first(original))
         .limit(REQUEST_SCAN_PAGE)
     )
     if before_id is not None:
@@ -65,8 +82,8 @@ def requested_ids_in(payload: str) -> list[str]:
 def history_query(app_id: str, limit: int, before_id: int | None) -> sa.Select[Any]:
     query = (
         sa.select(display)
-        .where(display.c.app_id == app_id, display.c.is_deleted == sa.false())
-        .order_by(display.c.id.desc())
+        .where(in_app(display, app_id), display.c.is_deleted == sa.false())
+        .order_by(*newest_first(display))
         .limit(limit)
     )
     if before_id is not None:

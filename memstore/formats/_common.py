@@ -1,0 +1,135 @@
+"""Helpers shared by the format converters: input coercion, typed errors, strict JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from memstore.errors import FormatConversionError, InvalidMessageError
+from memstore.messages import Message, ToolRequest, parse_message
+
+PARTICIPANT_NAME_KEY = "participant_name"
+"""Canonical ``metadata`` key holding a participant name (OpenAI's and LangChain4j's ``name``)."""
+
+T = TypeVar("T")
+
+
+def fail(provider: str, index: int, detail: str) -> FormatConversionError:
+    """The typed error for message ``index`` (``-1``: the list itself or the system parameter)."""
+    where = f"{provider} message {index}" if index >= 0 else f"{provider} input"
+    return FormatConversionError(f"{where}: {detail}", provider=provider, index=index)
+
+
+def canonical(messages: Iterable[Message | Mapping[str, Any]], provider: str) -> list[Message]:
+    """Canonical messages from instances or their dict form (``{"type": "user", ...}``)."""
+    out: list[Message] = []
+    for index, value in enumerate(messages):
+        try:
+            out.append(parse_message(dict(value) if isinstance(value, Mapping) else value))
+        except InvalidMessageError as error:
+            raise fail(provider, index, error.detail) from error
+    return out
+
+
+def build(provider: str, index: int, factory: Callable[..., T], **fields: Any) -> T:
+    """Construct a canonical model, turning its validation error into a :func:`fail` error."""
+    try:
+        return factory(**fields)
+    except InvalidMessageError as error:
+        raise fail(provider, index, error.detail) from error
+
+
+def mapping(provider: str, index: int, value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise fail(provider, index, f"{what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def check_keys(
+    provider: str, index: int, value: Mapping[str, Any], allowed: Iterable[str], what: str
+) -> None:
+    known = set(allowed)
+    unknown = sorted(str(key) for key in value if key not in known)
+    if unknown:
+        raise fail(provider, index, f"{what} has unknown keys {unknown}")
+
+
+def string(provider: str, index: int, value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise fail(provider, index, f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` that rejects ``NaN``/``Infinity`` and numbers too large for a double."""
+    value = json.loads(text, parse_constant=_reject_constant)
+    if not _finite(value):
+        raise ValueError("a number overflows to infinity")
+    return value
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(item) for item in value.values())
+    if isinstance(value, list):
+        return all(_finite(item) for item in value)
+    return True
+
+
+def dumps_arguments(value: Mapping[str, Any]) -> str:
+    """The canonical text of parsed tool arguments: ``json.dumps`` defaults, unicode kept."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def text_parts(
+    provider: str,
+    index: int,
+    parts: object,
+    what: str,
+    *,
+    text_type: str = "text",
+    extra_keys: tuple[str, ...] = (),
+) -> list[str]:
+    """The texts of a list of ``{"type": "text", "text": ...}`` parts; other parts raise.
+
+    ``extra_keys`` are keys a part may also carry; they are accepted and dropped (e.g.
+    Anthropic's ``cache_control``).
+    """
+    if not isinstance(parts, list):
+        raise fail(provider, index, f"{what} must be a string or a list of text parts")
+    texts: list[str] = []
+    for position, part in enumerate(parts):
+        part = mapping(provider, index, part, f"{what}[{position}]")
+        kind = part.get("type")
+        if kind != text_type:
+            raise fail(
+                provider,
+                index,
+                f"{what}[{position}] has type {kind!r}; only {text_type!r} parts can be converted",
+            )
+        check_keys(provider, index, part, ("type", "text", *extra_keys), f"{what}[{position}]")
+        texts.append(string(provider, index, part.get("text"), f"{what}[{position}].text"))
+    return texts
+
+
+class ToolNames:
+    """Tool names by call id, as requested so far (a reused id binds to its latest request)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}
+
+    def add(self, requests: Iterable[ToolRequest]) -> None:
+        for request in requests:
+            self._names[request.id] = request.name
+
+    def name(self, call_id: str) -> str:
+        """The requested tool's name, or ``""`` when no earlier request carries ``call_id``."""
+        return self._names.get(call_id, "")

@@ -135,11 +135,10 @@ class AsyncRedisWindowCache:
 
     async def read(self, app_id: str) -> CachedWindow:
         async def action() -> CachedWindow:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.lrange(keys.window_key(app_id), 0, -1)
-            pipe.get(keys.version_key(app_id))
-            raw, version = await pipe.execute()
-            return cached_window(raw, version)
+            raw = await self._client.lrange(keys.window_key(app_id), 0, -1)
+            if raw:
+                return cached_window(raw, b"")
+            return cached_window(raw, await self._client.get(keys.version_key(app_id)))
 
         result = await self._call("read", app_id, action, dirty=False)
         return result if result is not None else CachedWindow(None, UNAVAILABLE)

@@ -72,8 +72,9 @@ def store_args(
     ]
 
 
-def cached_window(raw: list[bytes], version: bytes | None) -> CachedWindow:
-    """A read's outcome from the LRANGE and GET replies.
+def cached_window(raw: Sequence[Any], version: Any) -> CachedWindow:
+    """A read's outcome from the LRANGE and GET replies (bytes: memstore's clients never
+    decode responses).
 
     An entry that does not decode (written by another memstore version, or damaged) makes the
     read a miss: the rebuild replaces the whole window.
@@ -177,11 +178,12 @@ class RedisWindowCache:
 
     def read(self, app_id: str) -> CachedWindow:
         def action() -> CachedWindow:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.lrange(keys.window_key(app_id), 0, -1)
-            pipe.get(keys.version_key(app_id))
-            raw, version = pipe.execute()
-            return cached_window(raw, version)
+            raw = self._client.lrange(keys.window_key(app_id), 0, -1)
+            if raw:
+                return cached_window(raw, b"")
+            # A miss: the version guards the rebuild; reading it after the miss and before the
+            # SQL read is enough, and keeps a hit at exactly one LRANGE.
+            return cached_window(raw, self._client.get(keys.version_key(app_id)))
 
         result = self._call("read", app_id, action, dirty=False)
         return result if result is not None else CachedWindow(None, UNAVAILABLE)

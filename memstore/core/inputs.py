@@ -6,7 +6,14 @@ import unicodedata
 from collections.abc import Iterable
 
 from memstore.errors import InvalidAppIdError, InvalidMessageError, MessageTooLargeError
-from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
+from memstore.messages import (
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolResult,
+    UserMessage,
+    check_ai_shape,
+)
 
 MAX_ID_CHARS = 128
 MAX_CALL_ID_CHARS = 255
@@ -70,6 +77,7 @@ def check_messages(messages: Iterable[Message], max_text_bytes: int) -> None:
             _check_text(message.tool_name, f"{where} tool_name", max_text_bytes)
             _check_text(message.text, f"{where} text", max_text_bytes)
         elif isinstance(message, AiMessage):
+            check_ai_shape(message)
             if message.text is not None:
                 _check_text(message.text, f"{where} text", max_text_bytes)
             for call in message.tool_requests:

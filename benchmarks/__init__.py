@@ -1,0 +1,1 @@
+"""memstore benchmarks: ``python -m benchmarks [--quick] [--databases sqlite,postgres]``."""

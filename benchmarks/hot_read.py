@@ -257,23 +257,15 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
             cache = store.cache
             assert isinstance(cache, RedisWindowCache)
             key = keys.window_key(app_id)
-            version = keys.version_key(app_id)
             raw = cast(list[bytes], raw_client.lrange(key, 0, -1))
             size = sum(len(item) for item in raw)
             expected = store.memory(app_id).messages()
             if decode_entries(raw) != expected:
                 raise RuntimeError("the raw window does not decode to what memstore returned")
 
-            def pipeline_read() -> object:
-                pipe = raw_client.pipeline(transaction=False)
-                pipe.lrange(key, 0, -1)
-                pipe.get(version)
-                return pipe.execute()
-
             calls: dict[str, Callable[[], object]] = {
                 "memstore": lambda: store.memory(app_id).messages(),
                 "raw": lambda: raw_client.lrange(key, 0, -1),
-                "pipeline": pipeline_read,
                 "cache.read": lambda: cache.read(app_id),
                 "decode": lambda: decode_entries(raw),
                 "answer_open_group": lambda: answer_open_group(expected),
@@ -322,7 +314,6 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
         "the medians)."
     )
     parts = [
-        ("pipeline LRANGE + GET version (memstore's one round trip)", "pipeline"),
         ("`decode_entries` (pydantic, 60 messages, no I/O)", "decode"),
         ("`answer_open_group` (no I/O)", "answer_open_group"),
         ("`RedisWindowCache.read` (round trip + decode)", "cache.read"),

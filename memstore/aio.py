@@ -29,22 +29,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache, AsyncWindowCache
 from memstore.cache.base import WindowPolicy
-from memstore.collector import failure_reason
+from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
 from memstore.core.inputs import normalize_app_id, normalize_user_id
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
+    ID_COLLISION_RETRIES,
     history_page,
     plan_write,
     positive,
     reload_report,
     unknown_call_error,
 )
-from memstore.core.stream import StreamAssembler, turn_display
+from memstore.core.stream import turn_display
 from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator, shared_generator
-from memstore.messages import Message, ToolRequest, parse_message
+from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql import migrate as migrations
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
@@ -99,11 +101,7 @@ class AsyncMemoryStore:
         return cls(Settings.from_env(**overrides))
 
     def _default_cache(self) -> AsyncWindowCache:
-        policy = WindowPolicy(
-            max_messages=self.settings.window_size,
-            ttl_seconds=self.settings.cache_ttl_seconds,
-            start_at_user=self.settings.window_start_at_user,
-        )
+        policy = WindowPolicy.from_settings(self.settings)
         if self.settings.redis_url:
             return AsyncRedisWindowCache.from_url(
                 self.settings.redis_url, policy, self.settings.redis_timeout_seconds
@@ -140,18 +138,29 @@ class AsyncMemoryStore:
     ) -> list[int]:
         if not batch and not drafts:
             return []
-        plan = plan_write(
-            app_id,
-            user_id,
-            batch,
-            drafts,
-            ids=self._ids.next_ids(len(batch) + len(drafts)),
-            now=datetime.now(timezone.utc),
-            max_text_bytes=self.settings.max_text_bytes,
-        )
-        missing = await self._sql.insert(
-            app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
-        )
+        for attempt in range(1, ID_COLLISION_RETRIES + 1):
+            plan = plan_write(
+                app_id,
+                user_id,
+                batch,
+                drafts,
+                ids=self._ids.next_ids(len(batch) + len(drafts)),
+                now=datetime.now(timezone.utc),
+                max_text_bytes=self.settings.max_text_bytes,
+            )
+            try:
+                missing = await self._sql.insert(
+                    app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
+                )
+                break
+            except IdCollisionError:
+                if attempt == ID_COLLISION_RETRIES:
+                    raise
+                logger.warning(
+                    "memstore: snowflake id collision (another process uses worker id %d?); "
+                    "retrying with fresh ids",
+                    self.settings.worker_id,
+                )
         if missing:
             raise unknown_call_error(app_id, missing)
         if plan.cache_entries:
@@ -274,7 +283,7 @@ class AsyncChatMemory:
         await self._store.cache.invalidate(self.app_id)
 
 
-class AsyncTurnCollector:
+class AsyncTurnCollector(TurnInput):
     """The asyncio form of :class:`memstore.collector.TurnCollector`.
 
     ``on_text``, ``on_tool_call_delta`` and ``tool_calls`` are plain methods (no I/O);
@@ -282,38 +291,18 @@ class AsyncTurnCollector:
     """
 
     def __init__(self, store: AsyncMemoryStore, app_id: str, user_id: str | None) -> None:
+        super().__init__(app_id, user_id)
         self._store = store
-        self.app_id = app_id
-        self.user_id = user_id
-        self._assembler = StreamAssembler()
-        self.flushes = 0
-
-    def on_text(self, delta: str) -> None:
-        self._assembler.on_text(delta)
-
-    def on_tool_call_delta(
-        self,
-        index: int,
-        id: str | None = None,
-        name: str | None = None,
-        arguments: str | None = None,
-    ) -> None:
-        self._assembler.on_tool_call_delta(index, id=id, name=name, arguments=arguments)
-
-    def tool_calls(self) -> list[ToolRequest]:
-        return self._assembler.tool_calls()
 
     async def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
+        """Report a tool's result; the model call is written when it is the last one."""
         if self._assembler.on_tool_executed(id, result, is_error):
             await self._flush(None)
 
     async def feed(self, chunk: object) -> None:
+        """One chunk of a LangChain4j-style, OpenAI Chat Completions or Anthropic stream."""
         if self._assembler.feed(chunk):
             await self._flush(None)
-
-    @property
-    def turn_messages(self) -> list[Message]:
-        return self._assembler.turn_messages
 
     async def _flush(self, display: DisplayDraft | None) -> None:
         batch = self._assembler.ready

@@ -52,25 +52,16 @@ def failure_reason(error: BaseException) -> str:
     return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
 
 
-class TurnCollector:
-    """Collects one agent turn from a stream; get one from :meth:`MemoryStore.collector`.
+class TurnInput:
+    """The stream-facing half of a collector, shared by the sync and async collectors: text
+    and tool-call fragments go into the pure assembler; nothing here does I/O."""
 
-    Leaving the ``with`` block completes the turn (final flush and the display row). An
-    exception inside it (``BaseException`` included: cancellation, ``KeyboardInterrupt``)
-    fails the turn: completed tool pairs and streamed text are flushed, the display row gets
-    status ``failed`` with the reason, the cached window is invalidated, and the exception
-    re-raises. Not thread-safe: one collector per turn, used by one task.
-    """
-
-    def __init__(self, store: MemoryStore, app_id: str, user_id: str | None) -> None:
-        self._store = store
+    def __init__(self, app_id: str, user_id: str | None) -> None:
         self.app_id = app_id
         self.user_id = user_id
         self._assembler = StreamAssembler()
         self.flushes = 0
         """Writes made so far (each one transaction)."""
-
-    # -- input -------------------------------------------------------------------------------
 
     def on_text(self, delta: str) -> None:
         """A streamed text delta of the reply."""
@@ -90,6 +81,26 @@ class TurnCollector:
         """The assembled, strictly parsed requests of the current model call."""
         return self._assembler.tool_calls()
 
+    @property
+    def turn_messages(self) -> list[Message]:
+        """The turn's messages so far (written or about to be)."""
+        return self._assembler.turn_messages
+
+
+class TurnCollector(TurnInput):
+    """Collects one agent turn from a stream; get one from :meth:`MemoryStore.collector`.
+
+    Leaving the ``with`` block completes the turn (final flush and the display row). An
+    exception inside it (``BaseException`` included: cancellation, ``KeyboardInterrupt``)
+    fails the turn: completed tool pairs and streamed text are flushed, the display row gets
+    status ``failed`` with the reason, the cached window is invalidated, and the exception
+    re-raises. Not thread-safe: one collector per turn, used by one task.
+    """
+
+    def __init__(self, store: MemoryStore, app_id: str, user_id: str | None) -> None:
+        super().__init__(app_id, user_id)
+        self._store = store
+
     def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
         """Report a tool's result; when it is the model call's last, the model call (AI
         message + results) is written before this returns."""
@@ -100,11 +111,6 @@ class TurnCollector:
         """One chunk of a LangChain4j-style, OpenAI Chat Completions or Anthropic stream."""
         if self._assembler.feed(chunk):
             self._flush(None)
-
-    @property
-    def turn_messages(self) -> list[Message]:
-        """The turn's messages so far (written or about to be)."""
-        return self._assembler.turn_messages
 
     # -- writes ------------------------------------------------------------------------------
 

@@ -45,6 +45,8 @@ class Settings(BaseModel):
     """Socket timeout for Redis calls; past it the call counts as a cache failure."""
     clock_backwards_max_wait_ms: int = Field(default=2000, ge=0)
     """How long the id generator waits out a clock that stepped back before failing."""
+    guard_debug: bool = False
+    """Log every loop-guard decision (``memstore.guard`` logger), message text redacted."""
 
     @field_validator("database_url")
     @classmethod

@@ -74,6 +74,12 @@ class StorageError(MemstoreError):
     """The SQL database failed (connection, constraint, timeout). Nothing was committed."""
 
 
+class IdCollisionError(StorageError):
+    """A snowflake id was already taken: two processes share a worker id. Appends retry with
+    fresh ids before this reaches the caller; set a distinct ``MEMSTORE_WORKER_ID`` per process.
+    """
+
+
 class SchemaError(StorageError):
     """The database schema is missing or not at the migration head; run ``store.migrate()``."""
 

@@ -30,6 +30,7 @@ from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
 from memstore.core.inputs import normalize_app_id, normalize_user_id
 from memstore.core.loader import run_steps, window_steps
 from memstore.core.plans import (
+    ID_COLLISION_RETRIES,
     history_page,
     plan_write,
     positive,
@@ -37,6 +38,7 @@ from memstore.core.plans import (
     unknown_call_error,
 )
 from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
@@ -85,11 +87,7 @@ class MemoryStore:
         return cls(Settings.from_env(**overrides))
 
     def _default_cache(self) -> WindowCache:
-        policy = WindowPolicy(
-            max_messages=self.settings.window_size,
-            ttl_seconds=self.settings.cache_ttl_seconds,
-            start_at_user=self.settings.window_start_at_user,
-        )
+        policy = WindowPolicy.from_settings(self.settings)
         if self.settings.redis_url:
             return RedisWindowCache.from_url(
                 self.settings.redis_url, policy, self.settings.redis_timeout_seconds
@@ -136,18 +134,29 @@ class MemoryStore:
         """Both histories in one transaction (one multi-row INSERT per table), then the cache."""
         if not batch and not drafts:
             return []
-        plan = plan_write(
-            app_id,
-            user_id,
-            batch,
-            drafts,
-            ids=self._ids.next_ids(len(batch) + len(drafts)),
-            now=datetime.now(timezone.utc),
-            max_text_bytes=self.settings.max_text_bytes,
-        )
-        missing = self._sql.insert(
-            app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
-        )
+        for attempt in range(1, ID_COLLISION_RETRIES + 1):
+            plan = plan_write(
+                app_id,
+                user_id,
+                batch,
+                drafts,
+                ids=self._ids.next_ids(len(batch) + len(drafts)),
+                now=datetime.now(timezone.utc),
+                max_text_bytes=self.settings.max_text_bytes,
+            )
+            try:
+                missing = self._sql.insert(
+                    app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
+                )
+                break
+            except IdCollisionError:
+                if attempt == ID_COLLISION_RETRIES:
+                    raise
+                logger.warning(
+                    "memstore: snowflake id collision (another process uses worker id %d?); "
+                    "retrying with fresh ids",
+                    self.settings.worker_id,
+                )
         if missing:
             raise unknown_call_error(app_id, missing)
         if plan.cache_entries:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,10 @@ from tests.async_facade import SyncFacade
 POSTGRES_URL = os.environ.get("MEMSTORE_TEST_POSTGRES_URL")
 MYSQL_URL = os.environ.get("MEMSTORE_TEST_MYSQL_URL")
 REDIS_URL = os.environ.get("MEMSTORE_TEST_REDIS_URL")
+
+# Each test session writes with its own snowflake worker id, so two sessions sharing the
+# PostgreSQL/MariaDB test databases never issue the same ids.
+SESSION_WORKER_ID = int(os.environ.get("MEMSTORE_TEST_WORKER_ID", random.randint(1, 1023)))
 
 DATABASES = ["sqlite", "postgres", "mysql"]
 CACHES = ["memory", "fakeredis", "redis"]
@@ -127,12 +132,11 @@ class StoreFactory:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __call__(self, **settings: Any) -> Any:
+        settings.setdefault("worker_id", SESSION_WORKER_ID)
         config = Settings(
             database_url=self.engine.url.render_as_string(hide_password=False), **settings
         )
-        policy = WindowPolicy(
-            config.window_size, config.cache_ttl_seconds, config.window_start_at_user
-        )
+        policy = WindowPolicy.from_settings(config)
         if self.flavor == "sync":
             store = MemoryStore(
                 config, engine=self.engine, cache=make_cache(self.cache_name, policy)

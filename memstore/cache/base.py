@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from memstore.config import Settings
 from memstore.core.window import WindowEntry
 from memstore.messages import MESSAGE_LIST_ADAPTER, Message
 
@@ -20,6 +21,14 @@ class WindowPolicy:
     max_messages: int
     ttl_seconds: int
     start_at_user: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WindowPolicy:
+        return cls(
+            max_messages=settings.window_size,
+            ttl_seconds=settings.cache_ttl_seconds,
+            start_at_user=settings.window_start_at_user,
+        )
 
 
 @dataclass(frozen=True, slots=True)

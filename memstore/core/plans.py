@@ -16,6 +16,8 @@ from memstore.messages import AiMessage, Message, ToolResult
 from memstore.reports import ReloadReport
 
 MAX_HISTORY_PAGE = 1000
+ID_COLLISION_RETRIES = 3
+"""Attempts of one append when another process issued the same snowflake id."""
 
 
 def unanswered_in_batch(messages: Iterable[Message]) -> set[str]:

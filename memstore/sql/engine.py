@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from memstore.errors import SchemaError, StorageError
+from memstore.errors import IdCollisionError, SchemaError, StorageError
 
 _MISSING_TABLE_HINTS = ("no such table", "does not exist", "doesn't exist", "undefinedtable")
 
@@ -43,6 +43,13 @@ def translated_errors(action: str) -> Iterator[None]:
     """Re-raise driver errors as :class:`StorageError` (or :class:`SchemaError`)."""
     try:
         yield
+    except IntegrityError as error:
+        # The history tables have no unique key but the snowflake primary key, so an
+        # integrity error on insert means another process issued the same id.
+        raise IdCollisionError(
+            f"{action} failed: a row id is already taken (give every process writing to this "
+            f"database its own MEMSTORE_WORKER_ID): {error}"
+        ) from error
     except SQLAlchemyError as error:
         text = str(error).lower()
         if any(hint in text for hint in _MISSING_TABLE_HINTS):

@@ -103,3 +103,29 @@ display = sa.Table(
     mysql_charset="utf8mb4",
 )
 """The display history: what a person saw (user messages, AI replies with tool summaries)."""
+
+EXECUTIONS_TABLE = "tool_executions"
+EXECUTION_STATES = ("pending", "running", "succeeded", "failed", "unknown")
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+MAX_TOOL_NAME_CHARS = 255
+
+tool_executions = sa.Table(
+    EXECUTIONS_TABLE,
+    metadata,
+    sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("idempotency_key", ExactString(MAX_IDEMPOTENCY_KEY_CHARS), primary_key=True),
+    sa.Column("tool_name", ExactString(MAX_TOOL_NAME_CHARS), nullable=False),
+    sa.Column("arguments_digest", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False),
+    sa.Column("tool_call_id", ExactString(255), nullable=True),
+    sa.Column("result", long_text(), nullable=True),
+    sa.Column("created_at", timestamp(), nullable=False),
+    sa.Column("updated_at", timestamp(), nullable=False),
+    sa.Index("ix_tool_executions_state_updated_at", "state", "updated_at"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
+key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
+and the first successful result (or the last failure's text)."""

@@ -297,3 +297,31 @@ def test_reused_call_id_never_doubles_up_in_the_cached_window(
         window = memory.messages()
         assert validate(window, "openai") == []
         assert window == store.load_window(app_id, store.settings.reload_max)
+
+
+class _CollidingIds:
+    """Hands out ids that are already taken once, then real ones: what a second process with
+    the same MEMSTORE_WORKER_ID does in the same millisecond."""
+
+    def __init__(self, taken: list[int], real: object) -> None:
+        self._taken = list(taken)
+        self._real = real
+
+    def next_ids(self, count: int) -> list[int]:
+        if self._taken:
+            ids, self._taken = self._taken[:count], []
+            return ids + self._real.next_ids(count - len(ids))  # type: ignore[attr-defined]
+        return self._real.next_ids(count)  # type: ignore[attr-defined]
+
+
+def test_id_collision_is_retried_with_fresh_ids(
+    store: MemoryStore, app_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = store.append(app_id, [UserMessage(text="first"), AiMessage(text="second")])
+    inner = getattr(store, "_store", store)  # the async store behind the test facade
+    inner._ids = _CollidingIds(taken, inner._ids)
+    with caplog.at_level("WARNING", logger="memstore"):
+        ids = store.append(app_id, [UserMessage(text="third")])
+    assert ids[0] not in taken
+    assert "collision" in caplog.text
+    assert [m.text for m in store.load_window(app_id)] == ["first", "second", "third"]

@@ -39,6 +39,7 @@ from memstore.core.plans import (
     history_page,
     plan_write,
     positive,
+    purge_report,
     reload_report,
     unknown_call_error,
 )
@@ -216,18 +217,8 @@ class AsyncMemoryStore:
     async def purge(self, app_id: str | int) -> PurgeReport:
         """See :meth:`memstore.MemoryStore.purge`."""
         app = normalize_app_id(app_id)
-        originals, displays = await self._sql.purge(app)
-        keys = await self.cache.purge(app)
-        logger.info(
-            "memstore purge app_id=%r original_rows=%d display_rows=%d cache_keys=%d",
-            app,
-            originals,
-            displays,
-            keys,
-        )
-        return PurgeReport(
-            app_id=app, original_rows=originals, display_rows=displays, cache_keys=keys
-        )
+        counts = await self._sql.purge(app)
+        return purge_report(app, counts, await self.cache.purge(app))
 
     async def close(self) -> None:
         """Release the connections this store created."""

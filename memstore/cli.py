@@ -362,26 +362,34 @@ def purge(
                 raise SystemExit(EXIT_FINDINGS)
         done = []
         for kind, target, _counts in targets:
+            executions = 0
             if kind == "user":
                 counts, _apps_touched = operations.purge_user(store, target)
                 original_rows, display_rows = counts.original_rows, counts.display_rows
             else:
                 report = store.purge(target)
                 original_rows, display_rows = report.original_rows, report.display_rows
+                executions = report.tool_executions
             audit.info(
-                "purge %s=%r original_rows=%d display_rows=%d",
+                "purge %s=%r original_rows=%d display_rows=%d tool_executions=%d",
                 kind,
                 target,
                 original_rows,
                 display_rows,
+                executions,
             )
             done.append(
-                {kind: target, "original_rows": original_rows, "display_rows": display_rows}
+                {
+                    kind: target,
+                    "original_rows": original_rows,
+                    "display_rows": display_rows,
+                    "tool_executions": executions,
+                }
             )
             if not as_json:
                 click.echo(
                     f"purged {kind} {target!r}: {original_rows} original rows, "
-                    f"{display_rows} display rows"
+                    f"{display_rows} display rows, {executions} tool executions"
                 )
         if as_json:
             _emit_json(done)

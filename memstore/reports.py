@@ -33,6 +33,8 @@ class PurgeReport(_Report):
     app_id: str
     original_rows: int
     display_rows: int
+    tool_executions: int = 0
+    """Loop-guard records of the app's side-effecting tool calls."""
     cache_keys: int
 
 

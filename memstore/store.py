@@ -34,6 +34,7 @@ from memstore.core.plans import (
     history_page,
     plan_write,
     positive,
+    purge_report,
     reload_report,
     unknown_call_error,
 )
@@ -239,20 +240,11 @@ class MemoryStore:
     # -- operator actions ----------------------------------------------------------------------
 
     def purge(self, app_id: str | int) -> PurgeReport:
-        """Hard-delete every row of the app in both tables and its cache keys. Exact match only."""
+        """Hard-delete the app's rows (both histories and its loop-guard records) and its cache
+        keys, in one transaction and one cache call. Exact match only."""
         app = normalize_app_id(app_id)
-        originals, displays = self._sql.purge(app)
-        keys = self.cache.purge(app)
-        logger.info(
-            "memstore purge app_id=%r original_rows=%d display_rows=%d cache_keys=%d",
-            app,
-            originals,
-            displays,
-            keys,
-        )
-        return PurgeReport(
-            app_id=app, original_rows=originals, display_rows=displays, cache_keys=keys
-        )
+        counts = self._sql.purge(app)
+        return purge_report(app, counts, self.cache.purge(app))
 
     def close(self) -> None:
         """Release the connections this store created (an engine or cache passed in stays open)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,7 +14,7 @@ from memstore.core.rows import display_row, original_row
 from memstore.core.window import Window, WindowEntry, entry_for
 from memstore.errors import InvalidInputError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, ToolResult
-from memstore.reports import ReloadReport
+from memstore.reports import PurgeReport, ReloadReport
 
 MAX_HISTORY_PAGE = 1000
 ID_COLLISION_RETRIES = 3
@@ -103,4 +104,25 @@ def reload_report(app_id: str, window: Window, cached: bool) -> ReloadReport:
         interrupted_answered=window.stats.interrupted_answered,
         orphans_skipped=window.stats.orphans_skipped,
         cached=cached,
+    )
+
+
+def purge_report(app_id: str, counts: tuple[int, int, int], cache_keys: int) -> PurgeReport:
+    """The report of one purge, also written as one INFO line on the ``memstore`` logger."""
+    originals, displays, executions = counts
+    logging.getLogger("memstore").info(
+        "memstore purge app_id=%r original_rows=%d display_rows=%d tool_executions=%d "
+        "cache_keys=%d",
+        app_id,
+        originals,
+        displays,
+        executions,
+        cache_keys,
+    )
+    return PurgeReport(
+        app_id=app_id,
+        original_rows=originals,
+        display_rows=displays,
+        tool_executions=executions,
+        cache_keys=cache_keys,
     )

@@ -122,10 +122,11 @@ class AsyncSqlHistory:
                 result = await conn.execute(history_query(app_id, limit, before_id))
                 return [display_entry(row) for row in result.all()]
 
-    async def purge(self, app_id: str) -> tuple[int, int]:
+    async def purge(self, app_id: str) -> tuple[int, int, int]:
         with translated_errors("purging history"):
             async with self.engine.begin() as conn:
-                originals, displays = purge_statements(app_id)
-                deleted_originals = (await conn.execute(originals)).rowcount
-                deleted_displays = (await conn.execute(displays)).rowcount
-                return deleted_originals, deleted_displays
+                counts = [
+                    (await conn.execute(statement)).rowcount
+                    for statement in purge_statements(app_id)
+                ]
+                return counts[0], counts[1], counts[2]

@@ -14,7 +14,7 @@ from memstore.core.rows import TOOL_REQUEST, decode_payload
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
 from memstore.sql.engine import translated_errors
-from memstore.sql.schema import display, original
+from memstore.sql.schema import display, original, tool_executions
 
 REQUEST_SCAN_PAGE = 200
 
@@ -103,11 +103,12 @@ def display_entry(row: Any) -> DisplayEntry:
     )
 
 
-def purge_statements(app_id: str) -> tuple[sa.Delete, sa.Delete]:
-    """Exact-match deletes of one app's rows in both tables."""
+def purge_statements(app_id: str) -> tuple[sa.Delete, sa.Delete, sa.Delete]:
+    """Exact-match deletes of one app's rows: original, display, tool executions."""
     return (
         original.delete().where(original.c.app_id == app_id),
         display.delete().where(display.c.app_id == app_id),
+        tool_executions.delete().where(tool_executions.c.app_id == app_id),
     )
 
 
@@ -163,8 +164,9 @@ class SqlHistory:
                 display_entry(row) for row in conn.execute(history_query(app_id, limit, before_id))
             ]
 
-    def purge(self, app_id: str) -> tuple[int, int]:
-        """Hard-delete the app's rows in both tables; return (original, display) counts."""
+    def purge(self, app_id: str) -> tuple[int, int, int]:
+        """Hard-delete the app's rows in one transaction; return the counts per table
+        (original, display, tool executions)."""
         with translated_errors("purging history"), self.engine.begin() as conn:
-            originals, displays = purge_statements(app_id)
-            return conn.execute(originals).rowcount, conn.execute(displays).rowcount
+            a, b, c = (conn.execute(statement).rowcount for statement in purge_statements(app_id))
+            return a, b, c

@@ -119,7 +119,9 @@ def test_purge_yes_removes_rows_and_keys_only_for_that_app(
     for pattern in ["*", "%", app_id[:-1] + "%"]:
         assert run(db_url, "purge", pattern, "--yes")[0] == 0
     code, out, _ = run(db_url, "purge", app_id, "--yes", "--json")
-    assert code == 0 and json.loads(out) == [{"app": app_id, "original_rows": 4, "display_rows": 2}]
+    assert code == 0 and json.loads(out) == [
+        {"app": app_id, "original_rows": 4, "display_rows": 2, "tool_executions": 0}
+    ]
     with seeded.engine.connect() as conn:
         for table in (original, display):
             left = conn.execute(sa.select(sa.func.count()).where(table.c.app_id == app_id))

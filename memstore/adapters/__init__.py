@@ -1,0 +1,39 @@
+"""Framework adapters: memstore as the memory backend of an agent framework, in one line.
+
+>>> from memstore.adapters import MemstoreChatMessageHistory   # doctest: +SKIP
+>>> from memstore.adapters import MemstoreSession              # doctest: +SKIP
+
+* :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory`: langchain-core's
+  ``BaseChatMessageHistory`` (``pip install 'memstore[langchain]'``);
+* :class:`~memstore.adapters.openai_agents.MemstoreSession`: the OpenAI Agents SDK's ``Session``
+  (``pip install 'memstore[openai-agents]'``).
+
+Both take a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
+names are imported lazily: touching one whose framework is missing raises
+:class:`~memstore.errors.MissingExtraError` with the ``pip install`` line, and importing this
+package alone never imports a framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memstore.adapters.langchain import MemstoreChatMessageHistory
+    from memstore.adapters.openai_agents import MemstoreSession
+
+_EXPORTS = {
+    "MemstoreChatMessageHistory": "memstore.adapters.langchain",
+    "MemstoreSession": "memstore.adapters.openai_agents",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memstore.adapters' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["MemstoreChatMessageHistory", "MemstoreSession"]

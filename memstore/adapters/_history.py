@@ -1,0 +1,549 @@
+"""Storage access shared by the framework adapters.
+
+The adapters need a few reads and writes the store API does not offer, and they must run on a
+:class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore` from any thread
+or event loop. :class:`StoreAccess` gives both as one object::
+
+    access = StoreAccess(store)                   # MemoryStore or AsyncMemoryStore
+    rows = access.all_rows("app-1")               # blocking: every row, chronological
+    rows = await access.aall_rows("app-1")        # the same from a coroutine
+
+Operations:
+
+* the whole original history, chronological, in keyset pages (:func:`iter_history` on a
+  sync engine, :func:`aiter_history` on an async one);
+* the newest rows before a row id (``get_items(limit)``);
+* appending framework messages whose tool results may answer calls stored earlier
+  (:func:`resolve_results`: the tool name is filled in from the request; a result whose
+  request does not exist in the app is stored opaquely instead of raising
+  :class:`~memstore.errors.UnknownToolCallError`);
+* popping the newest row (a hard delete, or a payload update when only part of a row is
+  popped), with the window invalidated and the display row removed when it came from that
+  row alone.
+
+Each SQL step is written once as a function of a sync ``Connection``; the async path runs the
+same function through ``AsyncConnection.run_sync``.
+
+**Event loops.** An ``AsyncMemoryStore``'s engine and Redis client belong to one event loop.
+Its home loop is the loop running when an adapter was first built on it, else the first loop
+an adapter used it on (recorded per store and never replaced: once that loop is closed, every
+call goes through the twin). On its home loop the store is used natively. On any other loop
+(``Runner.run_sync`` in another thread, a second ``asyncio.run``) the operation runs in a
+worker thread on a synchronous :class:`~memstore.MemoryStore` twin on the same database and
+window cache (built once per async store: a sync engine for the same URL, the same in-process
+cache object or the same Redis URL). Blocking calls on an async store always use the twin. A
+sync ``MemoryStore`` is thread-safe and is used from coroutines through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection
+
+from memstore.aio import AsyncMemoryStore
+from memstore.cache.aio import AsyncInProcessWindowCache
+from memstore.core.display import ToolFormatter, display_drafts
+from memstore.core.loader import RowRequest
+from memstore.core.plans import unanswered_in_batch
+from memstore.core.rows import decode_payload, encode_payload, message_type
+from memstore.core.window import StoredMessage
+from memstore.errors import ConfigurationError, UnknownToolCallError
+from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
+from memstore.sql.admin import ROW_PAGE, iter_history
+from memstore.sql.engine import translated_errors
+from memstore.sql.repository import (
+    REQUEST_SCAN_PAGE,
+    in_app,
+    newest_rows_query,
+    request_scan_query,
+    rows_to_messages,
+)
+from memstore.sql.schema import display, original
+from memstore.store import MemoryStore
+
+T = TypeVar("T")
+
+Store = MemoryStore | AsyncMemoryStore
+"""What the adapters accept as ``store``."""
+
+Shrink = Callable[[Message], "Message | Literal[False] | None"]
+"""Given a row's message, what a pop leaves of the row: ``None`` deletes it, a message replaces
+it (part of the row was popped), ``False`` skips it (not the caller's; look at older rows)."""
+
+POP_SCAN_ROWS = 16
+"""Rows a pop reads per page while looking for the newest row it does not skip."""
+
+OPAQUE_MARK = "memstore_opaque"
+"""``metadata`` key set on opaque rows (:func:`opaque`); adapters skip other adapters' ones."""
+
+DISPLAY_SCAN_ROWS = 16
+"""Display rows newer than a popped row that are checked for the one it alone produced."""
+
+__all__ = [
+    "OPAQUE_MARK",
+    "Store",
+    "StoreAccess",
+    "aiter_history",
+    "iter_history",
+    "opaque",
+    "resolve_results",
+]
+
+
+# -- opaque rows -----------------------------------------------------------------------------------
+
+
+def opaque(metadata: dict[str, Any]) -> SystemMessage:
+    """The canonical row of a framework item the canonical model cannot express.
+
+    An empty ``SystemMessage`` carrying the item in ``metadata`` (plus ``OPAQUE_MARK``): it
+    round-trips through its adapter, other adapters skip it, it gets no display row, and in a
+    window it is an empty system message, which :func:`memstore.core.validate.validate`
+    accepts for both providers wherever it stands (an empty AI message would be an Anthropic
+    ``empty_content`` violation, and a user message would put words in the user's mouth).
+    """
+    return SystemMessage(text="", metadata={**metadata, OPAQUE_MARK: True})
+
+
+def resolve_results(messages: Sequence[Message], stored: Mapping[str, str]) -> list[Message]:
+    """Make a batch appendable: every tool result answers a request, or becomes opaque.
+
+    ``stored`` maps the call ids requested by rows already stored for the app to their tool
+    names. A result whose ``tool_name`` is ``""`` gets the name of the request it answers (the
+    latest earlier one in the batch, else the stored one); a result answering no request is
+    replaced by :func:`opaque` with the same metadata.
+    """
+    names: dict[str, str] = {}
+    out: list[Message] = []
+    for message in messages:
+        if isinstance(message, AiMessage):
+            names.update((call.id, call.name) for call in message.tool_requests)
+        elif isinstance(message, ToolResult):
+            name = names.get(message.id, stored.get(message.id))
+            if name is None:
+                out.append(opaque(dict(message.metadata)))
+                continue
+            if not message.tool_name:
+                message = message.model_copy(update={"tool_name": name})
+        out.append(message)
+    return out
+
+
+# -- SQL steps (each runs on a sync Connection; async via AsyncConnection.run_sync) ----------------
+
+
+def _history_page(conn: Connection, app_id: str, after: int, page: int) -> list[StoredMessage]:
+    """One keyset page of the app's rows with ids above ``after``, chronological."""
+    query = (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            in_app(original, app_id),
+            original.c.is_deleted == sa.false(),
+            original.c.id > after,
+        )
+        .order_by(original.c.app_id, original.c.id)
+        .limit(page)
+    )
+    return rows_to_messages(reversed(conn.execute(query).all()))
+
+
+def _newest_rows(
+    conn: Connection, app_id: str, limit: int, before_id: int | None
+) -> list[StoredMessage]:
+    return rows_to_messages(conn.execute(newest_rows_query(app_id, RowRequest(limit, before_id))))
+
+
+def _requested_tools(conn: Connection, app_id: str, call_ids: set[str]) -> dict[str, str]:
+    """Tool names of the stored requests (the newest one per id) among ``call_ids``."""
+    found: dict[str, str] = {}
+    before: int | None = None
+    while len(found) < len(call_ids):
+        page = conn.execute(request_scan_query(app_id, before)).all()
+        for row in page:
+            for call in json.loads(row.payload).get("tool_requests", []):
+                if call["id"] in call_ids:
+                    found.setdefault(call["id"], call["name"])
+        if len(page) < REQUEST_SCAN_PAGE:
+            break
+        before = page[-1].id
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _PopAttempt:
+    done: bool
+    """False when another writer changed the newest row first (retry in a new transaction)."""
+    popped: StoredMessage | None = None
+
+
+def _pop_once(
+    conn: Connection, app_id: str, shrink: Shrink, formatters: Mapping[str, ToolFormatter]
+) -> _PopAttempt:
+    """Pop the newest row of the app that ``shrink`` does not skip, in the caller's transaction.
+
+    No row lock: two poppers may read the same newest row, and the conditional DELETE/UPDATE
+    lets exactly one of them win (rowcount 1); the other retries in a fresh transaction (a
+    fresh snapshot on MySQL's repeatable read). ``SELECT ... FOR UPDATE`` would make the loser
+    on PostgreSQL see no row at all and wrongly report an empty session.
+    """
+    before: int | None = None
+    while True:
+        page = conn.execute(newest_rows_query(app_id, RowRequest(POP_SCAN_ROWS, before))).all()
+        for newest in page:  # newest first
+            row = StoredMessage(newest.id, decode_payload(newest.payload, newest.id))
+            remaining = shrink(row.message)
+            if remaining is False:
+                continue
+            if remaining is None:
+                deleted = conn.execute(original.delete().where(original.c.id == row.id)).rowcount
+                if deleted != 1:
+                    return _PopAttempt(done=False)
+                _delete_own_display_row(conn, app_id, row, formatters)
+                return _PopAttempt(done=True, popped=row)
+            changed = conn.execute(
+                original.update()
+                .where(original.c.id == row.id, original.c.is_deleted == sa.false())
+                .where(original.c.payload == newest.payload)
+                .values(
+                    payload=encode_payload(remaining),
+                    message_type=message_type(remaining),
+                    updated_at=datetime.now(timezone.utc),
+                )
+            ).rowcount
+            if changed != 1:
+                return _PopAttempt(done=False)
+            return _PopAttempt(done=True, popped=row)
+        if len(page) < POP_SCAN_ROWS:
+            return _PopAttempt(done=True)
+        before = page[-1].id
+
+
+def _delete_own_display_row(
+    conn: Connection, app_id: str, row: StoredMessage, formatters: Mapping[str, ToolFormatter]
+) -> None:
+    """Delete the display row the popped message alone produced, if there is one.
+
+    A batch's display rows get ids right after its original rows, so the row written for the
+    popped (newest) message is the oldest newer display row with exactly the role and text the
+    message alone displays as. A display row that also summarizes other messages (an AI reply
+    with tool lines) does not match and stays: it is what a person saw.
+    """
+    drafts = display_drafts([row.message], formatters)
+    if len(drafts) != 1:
+        return
+    draft = drafts[0]
+    candidates = conn.execute(
+        sa.select(display.c.id, display.c.role, display.c.content)
+        .where(in_app(display, app_id), display.c.id > row.id, display.c.is_deleted == sa.false())
+        .order_by(display.c.app_id, display.c.id)
+        .limit(DISPLAY_SCAN_ROWS)
+    ).all()
+    for candidate in candidates:
+        if candidate.role == draft.role and candidate.content == draft.content:
+            conn.execute(display.delete().where(display.c.id == candidate.id))
+            return
+
+
+# -- async keyset paging ---------------------------------------------------------------------------
+
+
+async def aiter_history(
+    store: AsyncMemoryStore, app_id: str, page: int = ROW_PAGE
+) -> AsyncIterator[StoredMessage]:
+    """Every non-deleted original row of the app in id order (the async :func:`iter_history`)."""
+    after = -1
+    while True:
+        with translated_errors("reading history"):
+            async with store.engine.connect() as conn:
+                rows = await conn.run_sync(_history_page, app_id, after, page)
+        for row in rows:
+            yield row
+        if len(rows) < page:
+            return
+        after = rows[-1].id
+
+
+# -- event loops -----------------------------------------------------------------------------------
+
+_REGISTRY_LOCK = threading.Lock()
+_HOME_LOOPS: weakref.WeakKeyDictionary[
+    AsyncMemoryStore, weakref.ReferenceType[asyncio.AbstractEventLoop]
+] = weakref.WeakKeyDictionary()
+_TWINS: weakref.WeakKeyDictionary[AsyncMemoryStore, MemoryStore] = weakref.WeakKeyDictionary()
+
+_SYNC_DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg", "mysql": "pymysql"}
+
+
+def claim_home_loop(store: AsyncMemoryStore) -> None:
+    """Make the running loop ``store``'s home loop unless it already has one (or none runs)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    with _REGISTRY_LOCK:
+        _HOME_LOOPS.setdefault(store, weakref.ref(loop))
+
+
+def _on_home_loop(store: AsyncMemoryStore) -> bool:
+    """True when the running loop is ``store``'s home loop (claimed here when it has none).
+
+    A home loop that was closed or collected is never replaced: the store's pooled
+    connections belong to it, so every later call goes through the twin.
+    """
+    loop = asyncio.get_running_loop()
+    with _REGISTRY_LOCK:
+        home = _HOME_LOOPS.get(store)
+        if home is None:
+            _HOME_LOOPS[store] = weakref.ref(loop)
+            return True
+        return home() is loop
+
+
+def _sync_url(url: URL) -> URL:
+    backend = url.get_backend_name()
+    driver = _SYNC_DRIVERS.get("mysql" if backend == "mariadb" else backend)
+    if driver is None:
+        raise ConfigurationError(f"no synchronous driver known for the {backend!r} database")
+    return url.set(drivername=f"{backend}+{driver}")
+
+
+def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
+    """The synchronous store on ``store``'s database and window cache (built once per store).
+
+    Raises :class:`~memstore.errors.ConfigurationError` when no twin can share the data: an
+    in-memory SQLite database (private to its connection), or a custom async cache that is
+    neither in-process nor reachable through ``settings.redis_url``.
+    """
+    with _REGISTRY_LOCK:
+        twin = _TWINS.get(store)
+        if twin is not None:
+            return twin
+        url = store.engine.url
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ConfigurationError(
+                "this AsyncMemoryStore uses an in-memory SQLite database, which only its own "
+                "event loop can reach; use a file database, or pass a MemoryStore"
+            )
+        settings = store.settings.model_copy(
+            update={"database_url": _sync_url(url).render_as_string(hide_password=False)}
+        )
+        if isinstance(store.cache, AsyncInProcessWindowCache):
+            # The async in-process cache wraps a thread-safe sync one: share it, so both
+            # stores see one window per app.
+            twin = MemoryStore(settings, cache=store.cache._cache)
+        elif store.settings.redis_url:
+            twin = MemoryStore(settings)
+        else:
+            raise ConfigurationError(
+                "this AsyncMemoryStore's window cache was passed in and settings.redis_url is "
+                "unset, so a blocking or other-loop call could not keep that cache current; "
+                "build the store from Settings(redis_url=...), or use it on one event loop"
+            )
+        twin._formatters = store._formatters  # one registry: display rows agree
+        _TWINS[store] = twin
+        weakref.finalize(store, twin.close)
+        return twin
+
+
+async def _finish(awaitable: Awaitable[T]) -> T:
+    """Await a write to its end even if the caller is cancelled meanwhile, then re-raise.
+
+    A write abandoned between its commit and the cache update would leave the cached window
+    behind SQL; finishing it keeps both in step.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError as error:
+            if task.done():
+                raise
+            cancelled = cancelled or error
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+# -- the access object -----------------------------------------------------------------------------
+
+
+class StoreAccess:
+    """The adapters' view of one store: each operation blocking and as a coroutine.
+
+    Args:
+        store: a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`.
+
+    Coroutines use an ``AsyncMemoryStore`` natively on its home loop, and otherwise run the
+    blocking operation in a worker thread (see the module docstring).
+    """
+
+    def __init__(self, store: Store) -> None:
+        if not isinstance(store, (MemoryStore, AsyncMemoryStore)):
+            raise ConfigurationError(
+                f"store must be a MemoryStore or an AsyncMemoryStore, got {type(store).__name__}"
+            )
+        self.store = store
+        if isinstance(store, AsyncMemoryStore):
+            claim_home_loop(store)
+
+    @property
+    def formatters(self) -> Mapping[str, ToolFormatter]:
+        return self.store.formatters
+
+    def sync_store(self) -> MemoryStore:
+        """The store blocking calls use: the sync store itself, or the async store's twin."""
+        if isinstance(self.store, MemoryStore):
+            return self.store
+        return sync_twin(self.store)
+
+    def _native(self) -> AsyncMemoryStore | None:
+        store = self.store
+        if isinstance(store, AsyncMemoryStore) and _on_home_loop(store):
+            return store
+        return None
+
+    # -- blocking ------------------------------------------------------------------------------
+
+    def all_rows(self, app_id: str) -> list[StoredMessage]:
+        """Every row of the app, chronological (keyset pages of ``ROW_PAGE`` rows)."""
+        return list(iter_history(self.sync_store().engine, app_id))
+
+    def newest_rows(self, app_id: str, limit: int, before_id: int | None) -> list[StoredMessage]:
+        """Up to ``limit`` newest rows with ids below ``before_id``, chronological."""
+        with translated_errors("reading history"), self.sync_store().engine.connect() as conn:
+            return _newest_rows(conn, app_id, limit, before_id)
+
+    def window(self, app_id: str, max_messages: int | None) -> list[Message]:
+        """The cached window, or with ``max_messages`` the window loaded from SQL."""
+        store = self.sync_store()
+        if max_messages is None:
+            return store.memory(app_id).messages()
+        return store.load_window(app_id, max_messages)
+
+    def append(
+        self, app_id: str, messages: Sequence[Message], user_id: str | None = None
+    ) -> list[int]:
+        """Append ``messages`` after :func:`resolve_results` (one transaction)."""
+        store = self.sync_store()
+        for attempt in range(2):
+            wanted = unanswered_in_batch(messages)
+            stored = self._sync_requested(store, app_id, wanted) if wanted else {}
+            try:
+                return store.append(app_id, resolve_results(messages, stored), user_id=user_id)
+            except UnknownToolCallError:
+                if attempt:  # the request was popped or purged after the lookup: look again
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _sync_requested(store: MemoryStore, app_id: str, call_ids: set[str]) -> dict[str, str]:
+        with translated_errors("reading tool requests"), store.engine.connect() as conn:
+            return _requested_tools(conn, app_id, call_ids)
+
+    def purge(self, app_id: str) -> None:
+        self.sync_store().purge(app_id)
+
+    def pop(self, app_id: str, shrink: Shrink) -> StoredMessage | None:
+        """Pop the newest row (see :func:`_pop_once`), then drop the app's cached window."""
+        store = self.sync_store()
+        while True:
+            with translated_errors("popping the newest message"), store.engine.begin() as conn:
+                attempt = _pop_once(conn, app_id, shrink, store.formatters)
+            if attempt.done:
+                break
+        if attempt.popped is not None:
+            store.memory(app_id).invalidate()
+        return attempt.popped
+
+    # -- coroutines ----------------------------------------------------------------------------
+
+    async def aall_rows(self, app_id: str) -> list[StoredMessage]:
+        store = self._native()
+        if store is None:
+            return await asyncio.to_thread(self.all_rows, app_id)
+        return [row async for row in aiter_history(store, app_id)]
+
+    async def anewest_rows(
+        self, app_id: str, limit: int, before_id: int | None
+    ) -> list[StoredMessage]:
+        store = self._native()
+        if store is None:
+            return await asyncio.to_thread(self.newest_rows, app_id, limit, before_id)
+        with translated_errors("reading history"):
+            async with store.engine.connect() as conn:
+                return await conn.run_sync(_newest_rows, app_id, limit, before_id)
+
+    async def awindow(self, app_id: str, max_messages: int | None) -> list[Message]:
+        store = self._native()
+        if store is None:
+            return await asyncio.to_thread(self.window, app_id, max_messages)
+        if max_messages is None:
+            return await store.memory(app_id).messages()
+        return await store.load_window(app_id, max_messages)
+
+    async def aappend(
+        self, app_id: str, messages: Sequence[Message], user_id: str | None = None
+    ) -> list[int]:
+        store = self._native()
+        if store is None:
+            return await _finish(asyncio.to_thread(self.append, app_id, messages, user_id))
+        return await _finish(self._aappend(store, app_id, messages, user_id))
+
+    async def _aappend(
+        self,
+        store: AsyncMemoryStore,
+        app_id: str,
+        messages: Sequence[Message],
+        user_id: str | None,
+    ) -> list[int]:
+        for attempt in range(2):
+            wanted = unanswered_in_batch(messages)
+            stored: dict[str, str] = {}
+            if wanted:
+                with translated_errors("reading tool requests"):
+                    async with store.engine.connect() as conn:
+                        stored = await conn.run_sync(_requested_tools, app_id, wanted)
+            try:
+                return await store.append(
+                    app_id, resolve_results(messages, stored), user_id=user_id
+                )
+            except UnknownToolCallError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def apurge(self, app_id: str) -> None:
+        store = self._native()
+        if store is None:
+            await _finish(asyncio.to_thread(self.purge, app_id))
+            return
+        await _finish(store.purge(app_id))
+
+    async def apop(self, app_id: str, shrink: Shrink) -> StoredMessage | None:
+        store = self._native()
+        if store is None:
+            return await _finish(asyncio.to_thread(self.pop, app_id, shrink))
+        return await _finish(self._apop(store, app_id, shrink))
+
+    @staticmethod
+    async def _apop(store: AsyncMemoryStore, app_id: str, shrink: Shrink) -> StoredMessage | None:
+        while True:
+            with translated_errors("popping the newest message"):
+                async with store.engine.begin() as conn:
+                    attempt = await conn.run_sync(_pop_once, app_id, shrink, dict(store.formatters))
+            if attempt.done:
+                break
+        if attempt.popped is not None:
+            await store.memory(app_id).invalidate()
+        return attempt.popped

@@ -1,0 +1,345 @@
+"""LangChain chat message history on memstore: ``pip install 'memstore[langchain]'``.
+
+>>> from langchain_core.messages import AIMessage, HumanMessage
+>>> from memstore import MemoryStore, Settings
+>>> from memstore.adapters.langchain import MemstoreChatMessageHistory
+>>> store = MemoryStore(Settings(database_url="sqlite:///:memory:"))
+>>> store.migrate()
+>>> history = MemstoreChatMessageHistory(store, "session-1")
+>>> history.add_messages([HumanMessage("hi"), AIMessage("hello")])
+>>> [m.type for m in history.messages]
+['human', 'ai']
+
+The one-line switch for ``RunnableWithMessageHistory``::
+
+    chain = RunnableWithMessageHistory(
+        prompt | model,
+        lambda session_id: MemstoreChatMessageHistory(store, session_id),
+        input_messages_key="question",
+        history_messages_key="history",
+    )
+
+Each LangChain message is one row of the original history (``session_id`` is the app id):
+``HumanMessage`` -> ``UserMessage``, ``AIMessage`` -> ``AiMessage`` (its ``tool_calls`` ->
+``ToolRequest``\\ s, arguments being the raw JSON string from ``additional_kwargs["tool_calls"]``
+when it still matches the parsed ``args``, else ``json.dumps(args)``), ``ToolMessage`` ->
+``ToolResult`` (``status == "error"`` -> ``is_error``), ``SystemMessage`` -> ``SystemMessage``,
+``ChatMessage`` by its role. The whole message (langchain's ``message_to_dict``) rides along in
+``metadata["langchain_message"]``, so reading back returns an equal message: ``tool_calls``,
+``invalid_tool_calls``, ``tool_call_id``, ``status``, ``artifact``, ``additional_kwargs``,
+``response_metadata``, ``usage_metadata``, ``name``, ``id``, content blocks and chunk classes
+round-trip unchanged. Messages the canonical model has no type for (``FunctionMessage``, a
+``ChatMessage`` with another role, a ``ToolMessage`` answering a call the session never stored)
+are kept as opaque rows (an empty ``SystemMessage``; see :mod:`memstore.adapters._history`).
+Everything in a message must be JSON (an artifact that is not raises
+:class:`~memstore.errors.InvalidMessageError`). Rows written without this adapter (by
+``store.append``, the collector, a LangChain4j service) are read as the matching LangChain
+message, their ``metadata`` in ``response_metadata["memstore"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from memstore.adapters._extras import missing_extra
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        ToolMessage,
+        message_to_dict,
+        messages_from_dict,
+    )
+    from langchain_core.messages import SystemMessage as LcSystemMessage
+    from langchain_core.messages.tool import invalid_tool_call, tool_call
+except ImportError as error:
+    raise missing_extra("langchain", error) from error
+
+from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
+from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.plans import positive
+from memstore.errors import InvalidInputError, InvalidMessageError
+from memstore.messages import (
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolRequest,
+    ToolResult,
+    UserMessage,
+)
+
+LANGCHAIN_KEY = "langchain_message"
+"""The ``metadata`` key holding the message as langchain's ``message_to_dict`` gives it."""
+FOREIGN_KEY = "memstore"
+"""The ``response_metadata`` key that carries a foreign row's canonical ``metadata``."""
+
+__all__ = [
+    "FOREIGN_KEY",
+    "LANGCHAIN_KEY",
+    "MemstoreChatMessageHistory",
+    "from_canonical",
+    "to_canonical",
+]
+
+_USER_ROLES = ("user", "human")
+_AI_ROLES = ("assistant", "ai")
+_SYSTEM_ROLES = ("system", "developer")
+
+
+class MemstoreChatMessageHistory(BaseChatMessageHistory):
+    """langchain-core's ``BaseChatMessageHistory`` on a memstore store.
+
+    Args:
+        store: a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`.
+            The ``a*`` methods use an async store natively (on its home event loop) and a sync
+            store in a worker thread; the blocking methods on an async store use its sync twin
+            (see :mod:`memstore.adapters._history`).
+        session_id: the app id the messages are stored under (1-128 characters, or an int).
+        window: ``False`` (default): :attr:`messages` is the full history, every row in order.
+            ``True``: it is the edge-checked window (``store.memory(session_id).messages()``),
+            which never starts inside a tool exchange and answers unfinished tool calls.
+        max_messages: with ``window=True``, load a window of this size straight from SQL
+            (``store.load_window``) instead of the cached window.
+        user_id: stored on every row written (for ``memstore purge --user-id``).
+
+    ``clear()`` purges the session (both tables and the cached window), like
+    ``store.purge(session_id)``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str | int,
+        *,
+        window: bool = False,
+        max_messages: int | None = None,
+        user_id: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.session_id = normalize_app_id(session_id, what="session_id")
+        self.user_id = normalize_user_id(user_id)
+        if max_messages is not None:
+            if not window:
+                raise InvalidInputError("max_messages sizes the window; pass window=True too")
+            positive(max_messages, "max_messages")
+        self.window = window
+        self.max_messages = max_messages
+        self._access = StoreAccess(store)
+
+    @property
+    def store(self) -> Store:
+        return self._access.store
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The full history, chronological (or the window, see ``window``)."""
+        if self.window:
+            return _from_rows(self._access.window(self.session_id, self.max_messages))
+        return _from_rows(row.message for row in self._access.all_rows(self.session_id))
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """:attr:`messages` as a coroutine."""
+        if self.window:
+            return _from_rows(await self._access.awindow(self.session_id, self.max_messages))
+        rows = await self._access.aall_rows(self.session_id)
+        return _from_rows(row.message for row in rows)
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store ``messages`` in order, in one transaction."""
+        batch = [to_canonical(message) for message in messages]
+        if batch:
+            self._access.append(self.session_id, batch, self.user_id)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """:meth:`add_messages` as a coroutine."""
+        batch = [to_canonical(message) for message in messages]
+        if batch:
+            await self._access.aappend(self.session_id, batch, self.user_id)
+
+    def clear(self) -> None:
+        """Hard-delete the session's rows in both tables and its cached window."""
+        self._access.purge(self.session_id)
+
+    async def aclear(self) -> None:
+        """:meth:`clear` as a coroutine."""
+        await self._access.apurge(self.session_id)
+
+
+# -- LangChain -> canonical ------------------------------------------------------------------------
+
+
+def _text(content: str | list[str | dict[Any, Any]]) -> str:
+    """The text of a message's content: the string, or its string and ``text`` blocks joined."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+    return "".join(parts)
+
+
+def _record(message: BaseMessage) -> dict[str, Any]:
+    """``message_to_dict(message)`` as stored: JSON, checked to come back as an equal message."""
+    try:
+        record: dict[str, Any] = json.loads(
+            json.dumps(message_to_dict(message), allow_nan=False, ensure_ascii=False)
+        )
+    except (TypeError, ValueError) as error:
+        raise InvalidMessageError(
+            f"{type(message).__name__} {message.id!r} holds a value that is not JSON "
+            f"(an artifact or *_kwargs entry?): {error}"
+        ) from error
+    try:
+        messages_from_dict([record])
+    except (KeyError, TypeError, ValueError) as error:
+        raise InvalidMessageError(
+            f"{type(message).__name__} cannot be stored: langchain cannot read it back ({error})"
+        ) from error
+    return record
+
+
+def _raw_arguments(message: AIMessage, call_id: str, args: dict[str, Any]) -> str:
+    """The model's own argument string for ``call_id`` when it still parses to ``args``."""
+    raw_calls = message.additional_kwargs.get("tool_calls")
+    if isinstance(raw_calls, list):
+        for raw in raw_calls:
+            if not isinstance(raw, dict) or raw.get("id") != call_id:
+                continue
+            function = raw.get("function")
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                try:
+                    if json.loads(arguments) == args:
+                        return arguments
+                except ValueError:
+                    pass
+    return json.dumps(args, ensure_ascii=False)
+
+
+def _requests(message: AIMessage) -> list[ToolRequest]:
+    requests: list[ToolRequest] = []
+    seen: set[str] = set()
+    for call in message.tool_calls:
+        call_id, name = call.get("id"), call.get("name")
+        # A call without an id cannot be answered by a ToolMessage, and a repeated id would
+        # make the AiMessage invalid: both stay in the metadata only.
+        if not call_id or not name or call_id in seen:
+            continue
+        seen.add(call_id)
+        arguments = _raw_arguments(message, call_id, call["args"])
+        requests.append(ToolRequest(id=call_id, name=name, arguments=arguments))
+    return requests
+
+
+def to_canonical(message: BaseMessage) -> Message:
+    """The canonical row of a LangChain message (the message itself in ``metadata``)."""
+    if not isinstance(message, BaseMessage):
+        raise InvalidMessageError(f"expected a langchain BaseMessage, got {type(message).__name__}")
+    metadata: dict[str, Any] = {LANGCHAIN_KEY: _record(message)}
+    text = _text(message.content)
+    if isinstance(message, HumanMessage):
+        return UserMessage(text=text, metadata=metadata)
+    if isinstance(message, LcSystemMessage):
+        return SystemMessage(text=text, metadata=metadata)
+    if isinstance(message, AIMessage):
+        requests = _requests(message)
+        return AiMessage(
+            text=None if requests and not text else text,
+            tool_requests=requests,
+            metadata=metadata,
+        )
+    if isinstance(message, ToolMessage):
+        if not message.tool_call_id:
+            return opaque(metadata)
+        return ToolResult(
+            id=message.tool_call_id,
+            tool_name=message.name or "",
+            text=text,
+            is_error=message.status == "error",
+            metadata=metadata,
+        )
+    if isinstance(message, ChatMessage):
+        role = message.role.lower()
+        if role in _USER_ROLES:
+            return UserMessage(text=text, metadata=metadata)
+        if role in _AI_ROLES:
+            return AiMessage(text=text, metadata=metadata)
+        if role in _SYSTEM_ROLES:
+            return SystemMessage(text=text, metadata=metadata)
+    return opaque(metadata)
+
+
+# -- canonical -> LangChain ------------------------------------------------------------------------
+
+
+def _foreign_metadata(message: Message) -> dict[str, Any]:
+    return {FOREIGN_KEY: dict(message.metadata)} if message.metadata else {}
+
+
+def _ai_message(message: AiMessage) -> AIMessage:
+    calls = []
+    invalid = []
+    for request in message.tool_requests:
+        try:
+            args = json.loads(request.arguments)
+        except ValueError:
+            args = None
+        if isinstance(args, dict):
+            calls.append(tool_call(name=request.name, args=args, id=request.id))
+        else:
+            invalid.append(
+                invalid_tool_call(
+                    name=request.name,
+                    args=request.arguments,
+                    id=request.id,
+                    error="arguments are not a JSON object",
+                )
+            )
+    return AIMessage(
+        content=message.text or "",
+        tool_calls=calls,
+        invalid_tool_calls=invalid,
+        response_metadata=_foreign_metadata(message),
+    )
+
+
+def from_canonical(message: Message) -> BaseMessage | None:
+    """The LangChain message of a row; ``None`` for another adapter's opaque row."""
+    record = message.metadata.get(LANGCHAIN_KEY)
+    if isinstance(record, dict):
+        return messages_from_dict([record])[0]
+    if message.metadata.get(OPAQUE_MARK):
+        return None
+    if isinstance(message, UserMessage):
+        return HumanMessage(content=message.text, response_metadata=_foreign_metadata(message))
+    if isinstance(message, SystemMessage):
+        return LcSystemMessage(content=message.text, response_metadata=_foreign_metadata(message))
+    if isinstance(message, ToolResult):
+        return ToolMessage(
+            content=message.text,
+            tool_call_id=message.id,
+            name=message.tool_name or None,
+            status="error" if message.is_error else "success",
+            response_metadata=_foreign_metadata(message),
+        )
+    return _ai_message(message)
+
+
+def _from_rows(messages: Iterable[Message]) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for message in messages:
+        converted = from_canonical(message)
+        if converted is not None:
+            out.append(converted)
+    return out

@@ -747,3 +747,17 @@ def test_history_rows_are_bounded(store: MemoryStore, app_id: str) -> None:
     store.append(app_id, [AiMessage(text=f"thinking {n}") for n in range(10)])
     assert isinstance(LoopGuard(store).check(app_id, "read", ARGS), BlockedNoProgress)
     assert LoopGuard(store, history_rows=12).check(app_id, "read", ARGS).allowed
+
+
+def test_purge_removes_the_apps_tool_executions(store: MemoryStore, app_id: str) -> None:
+    guard = LoopGuard(store, side_effect_tools={"send_email"})
+    verdict = guard.check(app_id, "send_email", '{"to": "a@b.c"}', turn=guard.turn(app_id))
+    assert verdict.status == "allow"
+    other = app_id + "-other"
+    guard.check(other, "send_email", '{"to": "a@b.c"}', turn=guard.turn(other))
+    assert len(guard.executions(app_id)) == 1
+    report = store.purge(app_id)
+    assert report.tool_executions == 1
+    assert guard.executions(app_id) == []
+    assert len(guard.executions(other)) == 1
+    store.purge(other)

@@ -16,11 +16,13 @@ from memstore import __version__, operations
 from memstore.cache.keys import WINDOW_PATTERN
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
+from memstore.core.fingerprint import GUARD_MARK
 from memstore.core.inputs import normalize_app_id
 from memstore.demo import describe
 from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
-from memstore.messages import Message
+from memstore.messages import Message, ToolResult
+from memstore.reports import DisplayEntry
 from memstore.sql import admin
 from memstore.store import MemoryStore
 
@@ -119,6 +121,9 @@ def _walk(store: MemoryStore, apps: list[str] | None, label: str) -> Iterator[st
         yield from bar
 
 
+PROVIDER_FORMATS = ("openai", "anthropic", "langchain4j")
+
+
 @cli.command()
 @click.argument("app_id")
 @click.option(
@@ -126,7 +131,19 @@ def _walk(store: MemoryStore, apps: list[str] | None, label: str) -> Iterator[st
 )
 @click.option("--original", "view", flag_value="original", help="The raw original history.")
 @click.option("--display", "view", flag_value="display", help="The display history.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option(
+    "--executions",
+    "view",
+    flag_value="executions",
+    help="The loop guard's records of side-effecting tool calls.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", *PROVIDER_FORMATS]),
+    default="table",
+    help="A readable table, memstore's JSON, or a provider's request format.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Most messages/rows.")
 @database_option
 @redis_option
@@ -138,31 +155,78 @@ def show(
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
-    """Show APP_ID's window, original history or display history."""
+    """Show APP_ID's window, original history, display history or guard records.
+
+    Tool results that are loop-guard verdicts are marked ``[guard: <status>]``.
+    """
+    if fmt in PROVIDER_FORMATS and view not in ("window", "original"):
+        raise click.UsageError(f"--format {fmt} applies to --window and --original only")
     with _open(database_url, redis_url) as store:
+        app = normalize_app_id(app_id)
         if view == "display":
-            entries = store.history(app_id, limit=min(limit or 20, 1000))
-            if fmt == "json":
-                _emit_json([entry.model_dump(mode="json") for entry in entries])
-            for entry in reversed(entries) if fmt == "table" else []:
-                click.echo(
-                    f"{entry.id}  {entry.role:<5} {entry.status:<6} "
-                    + entry.text.replace("\n", "\n" + " " * 33)
-                )
+            _show_display(store.history(app, limit=min(limit or 20, 1000)), fmt)
+            return
+        if view == "executions":
+            _show_executions(store, app, limit or 100, fmt)
             return
         rows: list[tuple[int | None, Message]]
         if view == "window":
-            window = store.load_window(app_id, limit or store.settings.reload_max)
+            window = store.load_window(app, limit or store.settings.reload_max)
             rows = [(None, message) for message in window]
         else:
-            newest = deque(admin.iter_history(store.engine, normalize_app_id(app_id)), limit)
+            newest = deque(admin.iter_history(store.engine, app), limit)
             rows = [(row.id, row.message) for row in newest]
-        if fmt == "json":
+        if fmt in PROVIDER_FORMATS:
+            _emit_json(_provider_format([message for _, message in rows], fmt))
+        elif fmt == "json":
             _emit_json([{"id": row_id, **m.model_dump(mode="json")} for row_id, m in rows])
-            return
-        for row_id, message in rows:
-            prefix = f"{row_id}  " if row_id is not None else ""
-            click.echo(prefix + describe(message).replace("\n", "\n" + " " * len(prefix)))
+        else:
+            for row_id, message in rows:
+                prefix = f"{row_id}  " if row_id is not None else ""
+                line = describe(message) + _guard_mark(message)
+                click.echo(prefix + line.replace("\n", "\n" + " " * len(prefix)))
+
+
+def _provider_format(messages: list[Message], fmt: str) -> object:
+    from memstore import formats
+
+    if fmt == "openai":
+        return formats.to_openai(messages)
+    if fmt == "anthropic":
+        system, turns = formats.to_anthropic(messages)
+        return {"system": system, "messages": turns}
+    return formats.to_langchain4j(messages)
+
+
+def _guard_mark(message: Message) -> str:
+    if isinstance(message, ToolResult) and GUARD_MARK in message.metadata:
+        return f"  [guard: {message.metadata[GUARD_MARK]}]"
+    return ""
+
+
+def _show_display(entries: list[DisplayEntry], fmt: str) -> None:
+    if fmt == "json":
+        _emit_json([entry.model_dump(mode="json") for entry in entries])
+        return
+    for entry in reversed(entries):
+        click.echo(
+            f"{entry.id}  {entry.role:<5} {entry.status:<6} "
+            + entry.text.replace("\n", "\n" + " " * 33)
+        )
+
+
+def _show_executions(store: MemoryStore, app_id: str, limit: int, fmt: str) -> None:
+    from memstore.guard import LoopGuard
+
+    records = LoopGuard(store).executions(app_id, limit=limit)
+    if fmt == "json":
+        _emit_json([record.model_dump(mode="json") for record in records])
+        return
+    for record in records:
+        click.echo(
+            f"{record.updated_at:%Y-%m-%d %H:%M:%S}  {record.state:<9} {record.tool_name}  "
+            f"attempts={record.attempts}  key={record.idempotency_key[:24]}"
+        )
 
 
 @cli.command()

@@ -173,3 +173,30 @@ def test_console_script_as_subprocess(tmp_path: Path) -> None:
     assert (
         done.returncode == 0 and "identical to the window before the restart: True" in done.stdout
     )
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "langchain4j"])
+def test_show_in_provider_formats(seeded: MemoryStore, db_url: str, app_id: str, fmt: str) -> None:
+    code, out, _ = run(db_url, "show", app_id, "--format", fmt)
+    assert code == 0
+    data = json.loads(out)
+    if fmt == "openai":
+        assert [m["role"] for m in data] == ["user", "assistant", "tool", "assistant"]
+        assert data[1]["tool_calls"][0]["function"]["arguments"] == '{"p": 1}'
+    elif fmt == "anthropic":
+        assert [m["role"] for m in data["messages"]] == ["user", "assistant", "user", "assistant"]
+    else:
+        assert [m["type"] for m in data] == ["USER", "AI", "TOOL_EXECUTION_RESULT", "AI"]
+    code, _, err = run(db_url, "show", app_id, "--display", "--format", fmt)
+    assert code == 2 and "applies to" in err
+
+
+def test_show_executions_and_guard_marks(seeded: MemoryStore, db_url: str, app_id: str) -> None:
+    from memstore.guard import LoopGuard
+
+    guard = LoopGuard(seeded, side_effect_tools={"send"})
+    guard.check(app_id, "send", '{"to": "x"}', turn=guard.turn(app_id))
+    code, out, _ = run(db_url, "show", app_id, "--executions")
+    assert code == 0 and "pending" in out and "send" in out
+    code, out, _ = run(db_url, "show", app_id, "--executions", "--format", "json")
+    assert code == 0 and json.loads(out)[0]["state"] == "pending"

@@ -1,0 +1,228 @@
+"""The Redis Lua scripts and the in-process cache implement one set of window rules.
+
+Random operation sequences run against a ``RedisWindowCache`` (the APPEND and STORE scripts)
+and an ``InProcessWindowCache`` with the same random ``WindowPolicy``:
+
+* store a window built by ``select_window`` from random rows (with synthetic answers for
+  interrupted calls), guarded by the version read on the miss, sometimes with a write racing
+  the rebuild (both caches must then refuse it);
+* append batches of realistic messages: tool groups whose results arrive in any order, split
+  over several appends, twice, or never (so later messages arrive while the tail group is
+  unanswered), stray results for requested-before or never-requested ids;
+* a late result, or a new request, for a call id the window holds (answered, answered by a
+  synthetic result, still open) or does not hold;
+* invalidate.
+
+After every step both caches must read the same window (or both none). Always on fakeredis
+(which runs the scripts in a real Lua runtime), and on the real Redis too when
+``MEMSTORE_TEST_REDIS_URL`` is set (unique app ids, their keys deleted at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstore.cache import keys
+from memstore.cache.base import WindowPolicy
+from memstore.cache.memory_cache import InProcessWindowCache
+from memstore.cache.redis_window import RedisWindowCache
+from memstore.core.window import StoredMessage, entry_for, is_synthetic, select_window
+from memstore.messages import (
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolRequest,
+    ToolResult,
+    UserMessage,
+)
+from tests.conftest import redis_client
+
+texts = st.text(max_size=6)
+ID_PREFIXES = ["call_", "é🌍", "%a.[-]"]  # multi-byte characters and Lua pattern characters
+FATES = ["answered"] * 5 + ["twice", "missing"]
+
+
+class CallIds:
+    """Call ids of one example: mostly fresh, sometimes one used before (a reused id)."""
+
+    def __init__(self) -> None:
+        self.used: list[str] = []
+
+    def draw(self, draw: st.DrawFn) -> str:
+        if self.used and draw(st.integers(0, 7)) == 0:
+            return draw(st.sampled_from(self.used))
+        call_id = f"{draw(st.sampled_from(ID_PREFIXES))}{len(self.used)}"
+        self.used.append(call_id)
+        return call_id
+
+
+@st.composite
+def chunks(draw: st.DrawFn, ids: CallIds) -> list[Message]:
+    """A few consecutive messages: a plain message, a stray result (for an id requested
+    before, or never), or a tool group whose results come in any order, twice, or never
+    (tools still running, or a crash)."""
+    kind = draw(
+        st.sampled_from(["user", "user", "ai", "system", "tools", "tools", "tools", "stray"])
+    )
+    if kind == "user":
+        return [UserMessage(text=draw(texts))]
+    if kind == "ai":
+        return [AiMessage(text=draw(texts))]
+    if kind == "system":
+        return [SystemMessage(text=draw(texts))]
+    if kind == "stray":
+        call_id = draw(st.sampled_from([*ids.used, "never-requested"]))
+        return [ToolResult(id=call_id, tool_name="read", text=draw(texts))]
+    calls: list[str] = []
+    for _ in range(draw(st.integers(1, 3))):
+        call_id = ids.draw(draw)
+        if call_id not in calls:
+            calls.append(call_id)
+    request = AiMessage(
+        text=draw(st.one_of(st.none(), texts)),
+        tool_requests=[
+            ToolRequest(id=i, name="read", arguments=json.dumps({"i": i})) for i in calls
+        ],
+    )
+    answers: list[Message] = []
+    for call_id in calls:
+        fate = draw(st.sampled_from(FATES))
+        for _ in range({"answered": 1, "twice": 2, "missing": 0}[fate]):
+            failed = draw(st.booleans())
+            answers.append(
+                ToolResult(id=call_id, tool_name="read", text=draw(texts), is_error=failed)
+            )
+    return [request, *draw(st.permutations(answers))]
+
+
+def histories(ids: CallIds) -> st.SearchStrategy[list[Message]]:
+    return st.lists(chunks(ids), min_size=1, max_size=8).map(
+        lambda parts: [m for p in parts for m in p]
+    )
+
+
+policies = st.builds(
+    WindowPolicy,
+    max_messages=st.integers(1, 8),
+    ttl_seconds=st.just(3600),
+    start_at_user=st.booleans(),
+)
+OPERATIONS = ["append"] * 4 + ["late_result", "reused_id", "store", "invalidate"]
+WHEN_MISSING = ["store"] * 3 + ["append", "late_result", "invalidate"]
+
+
+@pytest.fixture(scope="module", params=["fakeredis", "redis"])
+def redis_server(request: pytest.FixtureRequest) -> Iterator[tuple[redis.Redis, list[str]]]:
+    """A Redis client plus the app ids used on it; their keys are deleted at the end."""
+    client = fakeredis.FakeRedis() if request.param == "fakeredis" else redis_client()
+    used: list[str] = []
+    yield client, used
+    for app_id in used:
+        client.delete(*keys.app_keys(app_id))
+    client.close()
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(policy=policies, data=st.data())
+def test_lua_scripts_and_in_process_cache_agree(
+    redis_server: tuple[redis.Redis, list[str]], policy: WindowPolicy, data: st.DataObject
+) -> None:
+    client, used = redis_server
+    app_id = f"parity-{uuid.uuid4().hex}"
+    used.append(app_id)
+    in_redis = RedisWindowCache(client, policy)
+    in_process = InProcessWindowCache(policy)
+
+    ids = CallIds()
+    pending: list[Message] = []  # the rest of the last chunk, appended over the next steps
+    for step in range(data.draw(st.integers(1, 30), label="steps")):
+        cached = in_process.read(app_id).messages is not None
+        operations = OPERATIONS if cached else WHEN_MISSING  # mostly rebuild a missing window
+        operation = data.draw(st.sampled_from(operations), label=f"{step}: operation")
+        if operation == "append":
+            count = data.draw(st.integers(1, 3), label=f"{step}: batch size")
+            while len(pending) < count:  # a batch may span chunks
+                pending += data.draw(chunks(ids), label=f"{step}: next chunk")
+            batch, pending = pending[:count], pending[count:]
+            entries = [entry_for(message) for message in batch]
+            in_redis.append(app_id, entries)
+            in_process.append(app_id, entries)
+        elif operation in ("late_result", "reused_id"):
+            # A result, or a new request, for a call id the window holds (answered, answered by
+            # a synthetic interrupted result, or still open), or for any other id.
+            window = in_process.read(app_id).messages or []
+            held = [c.id for m in window if isinstance(m, AiMessage) for c in m.tool_requests]
+            synthetic = [m.id for m in window if is_synthetic(m)]
+            choices = st.sampled_from([*ids.used, "never-requested"])
+            for preferred in (held, synthetic):
+                if preferred:
+                    choices = st.sampled_from(preferred) | choices
+            call_id = data.draw(choices, label=f"{step}: call id")
+            if operation == "late_result":
+                message: Message = ToolResult(id=call_id, tool_name="read", text="late")
+            else:
+                calls = [call_id]
+                if data.draw(st.booleans(), label=f"{step}: with a second call"):
+                    calls = list(dict.fromkeys([call_id, ids.draw(data.draw)]))
+                message = AiMessage(
+                    text=None,
+                    tool_requests=[ToolRequest(id=i, name="read", arguments="{}") for i in calls],
+                )
+            entries = [entry_for(message)]
+            in_redis.append(app_id, entries)
+            in_process.append(app_id, entries)
+        elif operation == "store":
+            # The rebuild flow of MemoryStore: on a hit, drop the window first (as reload()
+            # does); read the version on the miss, build the window from rows, store it guarded
+            # by that version. Sometimes a write races the rebuild: then both must refuse it.
+            if in_process.read(app_id).messages is not None:
+                in_redis.invalidate(app_id)
+                in_process.invalidate(app_id)
+            redis_read, process_read = in_redis.read(app_id), in_process.read(app_id)
+            assert redis_read.messages is None and process_read.messages is None
+            rows = data.draw(histories(ids), label=f"{step}: rows")
+            size = data.draw(st.integers(1, 10), label=f"{step}: window size")
+            window = select_window(
+                [StoredMessage(i + 1, m) for i, m in enumerate(rows)],
+                size,
+                start_at_user=policy.start_at_user,
+            )
+            raced = data.draw(st.integers(0, 3), label=f"{step}: a write races it") == 0
+            if raced:
+                racing = [entry_for(m) for m in data.draw(chunks(ids), label=f"{step}: write")]
+                in_redis.append(app_id, racing)
+                in_process.append(app_id, racing)
+            entries = [entry_for(message) for message in window.messages]
+            stored = in_redis.store(app_id, entries, window.synthetic_call_ids, redis_read.version)
+            assert stored == in_process.store(
+                app_id, entries, window.synthetic_call_ids, process_read.version
+            )
+            assert stored == (bool(window.messages) and not raced)
+            # What follows builds on the window just stored: often the late results of calls it
+            # answers as interrupted (the tool finished after the crash-recovery rebuild).
+            late = data.draw(st.permutations(window.synthetic_call_ids), label=f"{step}: late")
+            count = data.draw(st.integers(-1, len(late)), label=f"{step}: late results")
+            count = max(count, 1)
+            pending = [ToolResult(id=i, tool_name="read", text="late") for i in late[:count]]
+        else:
+            in_redis.invalidate(app_id)
+            in_process.invalidate(app_id)
+
+        expected = in_process.read(app_id).messages
+        assert in_redis.read(app_id).messages == expected, f"after step {step} ({operation})"
+        if expected is not None:
+            assert expected and not isinstance(expected[0], ToolResult)
+            if policy.start_at_user:
+                assert isinstance(expected[0], UserMessage)

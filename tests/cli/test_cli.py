@@ -15,11 +15,12 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from memstore import AiMessage, MemoryStore, Settings, ToolRequest, ToolResult, UserMessage
+from memstore.cache import keys
 from memstore.cli import cli
 from memstore.core.validate import validate
 from memstore.ids import shared_generator
 from memstore.sql.schema import display, original
-from tests.conftest import POSTGRES_URL
+from tests.conftest import POSTGRES_URL, REDIS_URL, redis_client
 
 TURN = [
     UserMessage(text="make a file"),
@@ -29,9 +30,17 @@ TURN = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
+@pytest.fixture(params=["sqlite", "sqlite+redis", "postgres+redis"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The database URL; the ``+redis`` variants also point MEMSTORE_REDIS_URL (which the
+    CLI's ``--redis-url`` defaults to) at the real Redis."""
+    database, _, cache = request.param.partition("+")
+    if cache:
+        redis_client()  # skips when MEMSTORE_TEST_REDIS_URL is unset, fails when unreachable
+        monkeypatch.setenv("MEMSTORE_REDIS_URL", REDIS_URL or "")
+    else:
+        monkeypatch.delenv("MEMSTORE_REDIS_URL", raising=False)
+    if database == "sqlite":
         return f"sqlite:///{tmp_path / 'cli.db'}"
     if not POSTGRES_URL:
         pytest.skip("MEMSTORE_TEST_POSTGRES_URL is not set")
@@ -40,7 +49,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def seeded(db_url: str, app_id: str) -> MemoryStore:
-    store = MemoryStore(Settings(database_url=db_url))
+    store = MemoryStore(
+        Settings(database_url=db_url, redis_url=os.environ.get("MEMSTORE_REDIS_URL"))
+    )
     store.migrate()
     store.append(app_id, TURN, user_id=f"user-{app_id}")
     store.append(app_id + "-other", TURN)
@@ -200,3 +211,15 @@ def test_show_executions_and_guard_marks(seeded: MemoryStore, db_url: str, app_i
     assert code == 0 and "pending" in out and "send" in out
     code, out, _ = run(db_url, "show", app_id, "--executions", "--format", "json")
     assert code == 0 and json.loads(out)[0]["state"] == "pending"
+
+
+def test_purge_leaves_no_cache_key_behind(seeded: MemoryStore, db_url: str, app_id: str) -> None:
+    if not os.environ.get("MEMSTORE_REDIS_URL"):
+        pytest.skip("needs the real Redis variant")
+    client = redis_client()
+    assert run(db_url, "reload", app_id)[0] == 0
+    assert run(db_url, "reload", app_id + "-other")[0] == 0
+    assert client.exists(keys.window_key(app_id)) == 1
+    assert run(db_url, "purge", app_id, "--yes")[0] == 0
+    assert client.keys(f"memstore:{{{app_id}}}:*") == []
+    assert client.exists(keys.window_key(app_id + "-other")) == 1

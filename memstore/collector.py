@@ -15,15 +15,17 @@
 ['user', 'ai', 'tool_result', 'ai']
 >>> store.close()
 
-Writes per turn (each a multi-row INSERT in its own transaction, then the cache append):
+Writes per turn (each one transaction, then the cache append):
 
-* one INSERT into ``chat_history_original`` per model call whose tool requests all got their
-  results (written when the last result is reported, before ``on_tool_executed`` returns);
+* one INSERT into ``chat_history_original`` per reported tool result, before
+  ``on_tool_executed`` returns: the result, preceded by the model call's AI message (text and
+  all requests) when it is that call's first result. A tool that ran is durable at once, so a
+  crash never loses it, even between parallel results;
 * at turn end, one transaction with one INSERT into ``chat_history_original`` for what is
   left (the final text; omitted when nothing is left) and one INSERT into ``chat_history``
   (the turn's display row).
 
-A turn of ``k`` tool rounds and a final reply therefore makes ``k + 1`` original-history
+A turn with ``n`` executed tools and a final reply therefore makes ``n + 1`` original-history
 INSERTs and one display INSERT. Nothing is written per delta.
 """
 
@@ -102,8 +104,8 @@ class TurnCollector(TurnInput):
         self._store = store
 
     def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
-        """Report a tool's result; when it is the model call's last, the model call (AI
-        message + results) is written before this returns."""
+        """Report a tool's result; it is written (with the model call's AI message, when it is
+        the first result) before this returns."""
         if self._assembler.on_tool_executed(id, result, is_error):
             self._flush(None)
 

@@ -11,9 +11,11 @@ batches that a writer flushes at well-defined points:
   naming the index and id otherwise. Nothing is repaired.
 * **Message boundaries.** One *model call* is the text and tool requests of one model response.
   Its text becomes the text of its :class:`~memstore.messages.AiMessage`. The first tool result
-  seals the model call's requests; once every request has a result, the AI message and its
-  results become *ready* (a flush point) and the next text or fragment starts a new model call.
-  The final text becomes the last AI message (:meth:`StreamAssembler.end_turn`).
+  seals the model call's requests and makes the AI message and that result *ready*; every
+  further result is ready on its own (each is a flush point, so a tool that ran is durable
+  before anything else happens). Once every request has a result, the next text or fragment
+  starts a new model call. The final text becomes the last AI message
+  (:meth:`StreamAssembler.end_turn`).
 * **Atomic calls.** Every public call either succeeds or raises a
   :class:`~memstore.errors.StreamProtocolError` (or subclass) leaving the state unchanged.
 
@@ -23,7 +25,7 @@ batches that a writer flushes at well-defined points:
 >>> a.on_tool_call_delta(0, arguments='th": "a.txt"}')
 >>> [r.arguments for r in a.tool_calls()]
 ['{"path": "a.txt"}']
->>> a.on_tool_executed("call_1", "hello")  # all results in: a flush point
+>>> a.on_tool_executed("call_1", "hello")  # a tool ran: a flush point
 True
 >>> [m.type for m in a.ready]
 ['ai', 'tool_result']
@@ -295,11 +297,13 @@ class StreamAssembler:
         return [call.request() for call in current.calls]
 
     def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> bool:
-        """Record a tool's result. Returns ``True`` at a flush point: every request of the
-        model call now has its result, and the AI message plus results are :attr:`ready`.
+        """Record a tool's result. Always a flush point: the result becomes :attr:`ready`
+        (with the model call's AI message, when it is the call's first result), so a tool that
+        ran is durable as soon as the writer flushes, whatever happens next.
 
         The first result of a model call seals its requests, so every call of it must be
-        complete (else :class:`~memstore.errors.IncompleteToolCallError`).
+        complete (else :class:`~memstore.errors.IncompleteToolCallError`). Once every request
+        has its result, the next text or fragment starts a new model call.
         """
         if not isinstance(id, str) or not id:
             raise StreamProtocolError(f"a tool call id must be a non-empty str, got {id!r}")
@@ -317,6 +321,7 @@ class StreamAssembler:
             raise StreamProtocolError(
                 f"tool call {id!r} was never requested in the current model call"
             )
+        sealing = current.requests is None
         requests = current.requests
         if requests is None:
             own = call.request()  # the executed call first: its error names it
@@ -327,16 +332,16 @@ class StreamAssembler:
         current.requests = requests
         current.results.append(tool_result)
         self._s.answered.add(id)
-        if current.pending():
-            return False
         batch: list[Message] = []
-        message = _ai(current.text(), requests)
-        if message is not None:
-            batch.append(message)
-        batch.extend(current.results)
+        if sealing:
+            message = _ai(current.text(), requests)
+            if message is not None:
+                batch.append(message)
+        batch.append(tool_result)
         self._s.ready.extend(batch)
         self._s.turn.extend(batch)
-        self._s.current = _ModelCall()
+        if not current.pending():
+            self._s.current = _ModelCall()
         return True
 
     # -- flushing and the end of the turn ------------------------------------------------------
@@ -377,10 +382,10 @@ class StreamAssembler:
 
     def _close_current(self, requests: Sequence[ToolRequest], current: _ModelCall) -> None:
         batch: list[Message] = []
-        message = _ai(current.text(), requests)
-        if message is not None:
-            batch.append(message)
-        batch.extend(current.results)
+        if current.requests is None:  # sealed model calls were handed out result by result
+            message = _ai(current.text(), requests)
+            if message is not None:
+                batch.append(message)
         self._s.ready.extend(batch)
         self._s.turn.extend(batch)
         self._s.current = _ModelCall()

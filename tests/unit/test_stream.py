@@ -73,8 +73,8 @@ def test_interleaved_parallel_calls_stay_apart() -> None:
         if i < len(parts_a):
             a.on_tool_call_delta(0, arguments=parts_a[i])
     assert [(r.id, r.arguments) for r in a.tool_calls()] == [("c1", ARGS_A), ("c2", ARGS_B)]
-    assert a.on_tool_executed("c2", "ok b") is False
-    assert a.ready == []
+    assert a.on_tool_executed("c2", "ok b") is True  # durable at once, with its AI message
+    assert [m.type for m in a.ready] == ["ai", "tool_result"]
     assert a.on_tool_executed("c1", "ok a") is True
     assert a.ready == [
         AiMessage(
@@ -214,7 +214,7 @@ def test_multi_round_turn_reads_like_what_the_provider_saw() -> None:
     a.on_text("Now I write.")
     a.on_tool_call_delta(0, id="c2", name="write", arguments='{"p": 2}')  # index 0 again
     a.on_tool_call_delta(1, id="c3", name="write", arguments='{"p": 3}')
-    assert not a.on_tool_executed("c3", "three", is_error=True)
+    assert a.on_tool_executed("c3", "three", is_error=True)  # every executed tool flushes
     assert a.on_tool_executed("c2", "two")
     a.on_text("Done")
     a.on_text(".")
@@ -298,7 +298,7 @@ def test_feed_langchain4j_json_chunks() -> None:
         ("t2", '{"path":"b"}'),
     ]
     executed = {"type": "tool_executed", "name": "write_file", "arguments": "{}", "result": "ok"}
-    assert not a.feed({**executed, "id": "t1"})
+    assert a.feed({**executed, "id": "t1"})  # every executed tool is a flush point
     assert a.feed({**executed, "id": "t2"})
     assert [m.type for m in a.ready] == ["ai", "tool_result", "tool_result"]
     assert a.ready[0] == AiMessage(

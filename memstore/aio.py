@@ -49,7 +49,6 @@ from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
-from memstore.sql import migrate as migrations
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
 
 logger = logging.getLogger("memstore")
@@ -111,6 +110,8 @@ class AsyncMemoryStore:
 
     async def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema (the same Alembic migrations as the sync store)."""
+        from memstore.sql import migrate as migrations  # Alembic loads only when needed
+
         async with self.engine.begin() as conn:
             await conn.run_sync(migrations.upgrade_connection, revision)
 

@@ -14,6 +14,7 @@ import click
 
 from memstore import __version__, operations
 from memstore.cache.keys import WINDOW_PATTERN
+from memstore.cache.memory_cache import NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.fingerprint import GUARD_MARK
@@ -94,7 +95,12 @@ def migrate(action: str, revision: str | None, database_url: str | None) -> None
 
 
 def _open(database_url: str | None, redis_url: str | None) -> MemoryStore:
-    return MemoryStore(_settings(database_url, redis_url))
+    settings = _settings(database_url, redis_url)
+    if settings.redis_url:
+        return MemoryStore(settings)
+    # Without Redis the windows live in the service's own process: a window this command
+    # built would die with it (and `reload --all` would hold every app's window in memory).
+    return MemoryStore(settings, cache=NoWindowCache())
 
 
 def _emit_json(data: object) -> None:
@@ -250,9 +256,18 @@ def reload(
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
-    """Rebuild cached windows from SQL with the edge check."""
+    """Rebuild cached windows from SQL with the edge check.
+
+    Without a Redis URL there is no shared cache to fill: the windows are rebuilt and checked
+    (the report counts hold) but kept nowhere; the service's own in-process windows rebuild
+    themselves on their next miss.
+    """
     with _open(database_url, redis_url) as store:
         apps = _apps(store, app_ids, all_apps)
+        if not store.settings.redis_url:
+            click.echo(
+                "note: no Redis URL; windows are rebuilt and checked but not cached", err=True
+            )
         totals = {
             "apps": 0,
             "messages": 0,
@@ -332,8 +347,8 @@ def check(
                     found += len(result.findings)
                 else:
                     found += result.repaired.unfixable
-                if as_json:
-                    results.append(_check_json(result))
+                if as_json and (result.findings or not all_apps):
+                    results.append(_check_json(result))  # --all lists only apps with findings
                 else:
                     _print_check(result)
         except KeyboardInterrupt:

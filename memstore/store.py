@@ -43,7 +43,6 @@ from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
-from memstore.sql import migrate as migrations
 from memstore.sql.engine import make_engine
 from memstore.sql.repository import SqlHistory
 
@@ -99,6 +98,8 @@ class MemoryStore:
 
     def migrate(self, revision: str = "head") -> None:
         """Upgrade the database schema (``alembic upgrade head`` with memstore's migrations)."""
+        from memstore.sql import migrate as migrations  # Alembic loads only when needed
+
         migrations.upgrade(self.engine, revision)
 
     # -- writes ------------------------------------------------------------------------------

@@ -137,8 +137,12 @@ class AsyncRedisWindowCache:
         async def action() -> CachedWindow:
             raw = await self._client.lrange(keys.window_key(app_id), 0, -1)
             if raw:
-                return cached_window(raw, b"")
-            return cached_window(raw, await self._client.get(keys.version_key(app_id)))
+                hit = cached_window(raw, b"")
+                if hit.messages is not None:
+                    return hit
+                # An entry did not decode: a miss guarded by the real version (see the sync
+                # cache), so the rebuild replaces the bad window.
+            return cached_window([], await self._client.get(keys.version_key(app_id)))
 
         result = await self._call("read", app_id, action, dirty=False)
         return result if result is not None else CachedWindow(None, UNAVAILABLE)

@@ -140,3 +140,35 @@ class InProcessWindowCache:
     def close(self) -> None:
         with self._lock:
             self._slots.clear()
+
+
+class NoWindowCache:
+    """Keeps no window: every read rebuilds from SQL and nothing is stored.
+
+    For short-lived processes (the CLI without Redis), where an in-process window would die
+    with the process anyway and ``reload --all`` would otherwise hold every app's window.
+    """
+
+    def read(self, app_id: str) -> CachedWindow:
+        return CachedWindow(None, "")
+
+    def store(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        synthetic_call_ids: Sequence[str],
+        expected_version: str,
+    ) -> bool:
+        return False
+
+    def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
+        return None
+
+    def invalidate(self, app_id: str) -> None:
+        return None
+
+    def purge(self, app_id: str) -> int:
+        return 0
+
+    def close(self) -> None:
+        return None

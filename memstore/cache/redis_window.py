@@ -180,10 +180,14 @@ class RedisWindowCache:
         def action() -> CachedWindow:
             raw = self._client.lrange(keys.window_key(app_id), 0, -1)
             if raw:
-                return cached_window(raw, b"")
+                hit = cached_window(raw, b"")
+                if hit.messages is not None:
+                    return hit
+                # An entry did not decode: a miss like any other, guarded by the real version
+                # (not b""), or the rebuild's STORE is refused and the bad window stays.
             # A miss: the version guards the rebuild; reading it after the miss and before the
             # SQL read is enough, and keeps a hit at exactly one LRANGE.
-            return cached_window(raw, self._client.get(keys.version_key(app_id)))
+            return cached_window([], self._client.get(keys.version_key(app_id)))
 
         result = self._call("read", app_id, action, dirty=False)
         return result if result is not None else CachedWindow(None, UNAVAILABLE)

@@ -103,19 +103,9 @@ class RedisServer:
         try:
             self.process = subprocess.Popen(
                 [
-                    str(REDIS_SERVER),
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--dir",
-                    str(self.workdir),
+                    *(str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1"),
+                    *("--save", "", "--appendonly", "no", "--daemonize", "no"),
+                    *("--dir", str(self.workdir)),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -193,7 +193,7 @@ def test_lua_scripts_and_in_process_cache_agree(
             redis_read, process_read = in_redis.read(app_id), in_process.read(app_id)
             assert redis_read.messages is None and process_read.messages is None
             rows = data.draw(histories(ids), label=f"{step}: rows")
-            size = data.draw(st.integers(1, 10), label=f"{step}: window size")
+            size = data.draw(st.integers(1, policy.max_messages + 4), label=f"{step}: size")
             window = select_window(
                 [StoredMessage(i + 1, m) for i, m in enumerate(rows)],
                 size,

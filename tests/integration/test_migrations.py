@@ -30,7 +30,8 @@ from memstore.sql.engine import make_engine
 from memstore.sql.schema import DISPLAY_TABLE, ORIGINAL_TABLE, ExactString, metadata
 
 DATABASES = ["sqlite", "postgres", "mysql"]
-MEMSTORE_TABLES = {ORIGINAL_TABLE, DISPLAY_TABLE}
+MEMSTORE_TABLES = set(metadata.tables)  # every table memstore owns, present and future
+assert {ORIGINAL_TABLE, DISPLAY_TABLE} <= MEMSTORE_TABLES
 
 on_each_database = pytest.mark.parametrize(
     "scratch_database_url", DATABASES, indirect=True, ids=DATABASES

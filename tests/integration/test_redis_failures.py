@@ -187,3 +187,27 @@ def test_a_window_that_missed_a_write_is_not_served(
     third = UserMessage(text="after recovery")
     memory.add(third)
     assert memory.messages() == [*TURN, first, second, third] == sql_window(store, app_id)
+
+
+def test_a_window_that_does_not_decode_is_replaced(
+    store: MemoryStore,
+    private_redis: RedisServer,
+    app_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A damaged (or foreign) entry reads as a miss and the rebuild replaces the whole window,
+    also when writes have bumped the version since the window was stored."""
+    caplog.set_level(logging.WARNING, logger="memstore")
+    cache_the_window(store, private_redis, app_id)
+    memory = store.memory(app_id)
+    later = AiMessage(text="appended after the window was stored")
+    memory.add(later)  # bumps the version key
+    with private_redis.client() as client:
+        client.lset(window_key(app_id), 0, b"U\x1e{not json")
+
+    assert memory.messages() == [*TURN, later] == sql_window(store, app_id)
+    assert memstore_warnings(caplog)
+    assert cached_window(private_redis, app_id) == [*TURN, later]  # replaced, not left as is
+    caplog.clear()
+    assert memory.messages() == [*TURN, later]
+    assert memstore_warnings(caplog) == []  # a plain hit from now on

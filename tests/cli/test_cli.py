@@ -213,9 +213,8 @@ def test_show_executions_and_guard_marks(seeded: MemoryStore, db_url: str, app_i
     assert code == 0 and json.loads(out)[0]["state"] == "pending"
 
 
+@pytest.mark.parametrize("db_url", ["sqlite+redis", "postgres+redis"], indirect=True)
 def test_purge_leaves_no_cache_key_behind(seeded: MemoryStore, db_url: str, app_id: str) -> None:
-    if not os.environ.get("MEMSTORE_REDIS_URL"):
-        pytest.skip("needs the real Redis variant")
     client = redis_client()
     assert run(db_url, "reload", app_id)[0] == 0
     assert run(db_url, "reload", app_id + "-other")[0] == 0

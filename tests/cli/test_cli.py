@@ -222,3 +222,37 @@ def test_purge_leaves_no_cache_key_behind(seeded: MemoryStore, db_url: str, app_
     assert run(db_url, "purge", app_id, "--yes")[0] == 0
     assert client.keys(f"memstore:{{{app_id}}}:*") == []
     assert client.exists(keys.window_key(app_id + "-other")) == 1
+
+
+@pytest.mark.parametrize("db_url", ["sqlite+redis", "postgres+redis"], indirect=True)
+def test_console_script_on_real_services(seeded: MemoryStore, db_url: str, app_id: str) -> None:
+    """The installed script end to end on PostgreSQL/SQLite with the real Redis: reload fills
+    the window key, a purge writes its audit line and leaves no row and no key behind."""
+    exe = shutil.which("memstore")
+    command = [exe] if exe else [sys.executable, "-m", "memstore"]
+    env = {**os.environ, "MEMSTORE_DATABASE_URL": db_url}  # MEMSTORE_REDIS_URL set by db_url
+
+    def script(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+
+    client = redis_client()
+    done = script("reload", app_id, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["reports"][0]["cached"] is True
+    assert client.exists(keys.window_key(app_id)) == 1
+    done = script("show", app_id, "--format", "openai")
+    assert done.returncode == 0 and json.loads(done.stdout)[0]["role"] == "user"
+    done = script("purge", app_id, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "memstore.audit" in done.stderr and f"app={app_id!r}" in done.stderr
+    assert "original_rows=4 display_rows=2" in done.stderr
+    assert client.keys(f"memstore:{{{app_id}}}:*") == []
+    assert seeded.load_window(app_id) == []
+    assert len(seeded.load_window(app_id + "-other")) == 4

@@ -325,3 +325,22 @@ def test_id_collision_is_retried_with_fresh_ids(
     assert ids[0] not in taken
     assert "collision" in caplog.text
     assert [m.text for m in store.load_window(app_id)] == ["first", "second", "third"]
+
+
+def test_purging_an_int_id_touches_no_lookalike(store: MemoryStore, app_id: str) -> None:
+    number = int(app_id[-8:], 16) + 10**9  # unique per test, so shared databases stay clean
+    lookalikes = [f"0{number}", f"{number} ", f"a{number}", f"{number}0", str(-number)]
+    for app in [str(number), *lookalikes]:
+        store.append(app, [UserMessage(text=app)])
+    report = store.purge(number)  # an int is its decimal string
+    assert (report.app_id, report.original_rows, report.display_rows) == (str(number), 1, 1)
+    for app in lookalikes:
+        assert store.load_window(app) == [UserMessage(text=app)], repr(app)
+        store.purge(app)
+    assert store.purge("never-written-" + app_id).model_dump() == {
+        "app_id": "never-written-" + app_id,
+        "original_rows": 0,
+        "display_rows": 0,
+        "tool_executions": 0,
+        "cache_keys": 0,
+    }

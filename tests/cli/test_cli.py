@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from click.testing import CliRunner
 from memstore import AiMessage, MemoryStore, Settings, ToolRequest, ToolResult, UserMessage
 from memstore.cache import keys
 from memstore.cli import cli
+from memstore.core.rows import original_row
 from memstore.core.validate import validate
 from memstore.ids import shared_generator
 from memstore.sql.schema import display, original
@@ -256,3 +259,40 @@ def test_console_script_on_real_services(seeded: MemoryStore, db_url: str, app_i
     assert client.keys(f"memstore:{{{app_id}}}:*") == []
     assert seeded.load_window(app_id) == []
     assert len(seeded.load_window(app_id + "-other")) == 4
+
+
+def test_ctrl_c_stops_reload_all_cleanly_with_a_report(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    store = MemoryStore(Settings(database_url=url))
+    store.migrate()
+    generator = shared_generator(0)
+    now = datetime.now(timezone.utc)
+    rows = [
+        original_row(row_id, f"app-{n:05d}", None, UserMessage(text="hi"), now)
+        for n, row_id in enumerate(generator.next_ids(20_000))
+    ]
+    with store.engine.begin() as conn:
+        conn.execute(original.insert(), rows)
+    store.close()
+    exe = shutil.which("memstore")
+    command = [exe] if exe else [sys.executable, "-m", "memstore"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    child = subprocess.Popen(
+        [*command, "reload", "--all", "--database-url", url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stderr is not None
+    first = child.stderr.readline()  # the progress bar (or the no-Redis note): work has begun
+    assert first
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 1, err
+    assert "interrupted after" in err and "Traceback" not in err
+    done = int(err.split("interrupted after ")[1].split()[0])
+    assert 0 < done < 20_000
+    assert f"apps: {done}," in out  # the summary of what was done so far

@@ -19,7 +19,7 @@ from memstore.sql.schema import display, original, tool_executions
 REQUEST_SCAN_PAGE = 200
 
 
-def in_app(table: sa.Table, app_id: str) -> sa.ColumnElement[bool]:
+def in_app(table: sa.Table, app_id: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
     """``app_id = :app``, spelled as a one-value range.
 
     With plain equality PostgreSQL folds ``app_id`` out of the sort and, for an app whose rows

@@ -1,61 +1,20 @@
-"""The loop guard: a program-level check a service makes before it executes each tool call.
-
->>> from memstore import MemoryStore, Settings, AiMessage, ToolRequest, UserMessage
->>> from memstore.guard import LoopGuard
->>> store = MemoryStore(Settings(database_url="sqlite:///:memory:"))
->>> store.migrate()
->>> guard = LoopGuard(store, side_effect_tools={"send_email"})
->>> turn = guard.turn("app-1")
->>> guard.check("app-1", "read_file", '{"path": "a.txt"}', turn=turn).status
-'allow'
->>> store.close()
-
-It decides from the durable state, so its decisions hold across restarts and instances:
-
-* **No progress** — from the newest rows of the app's original history (one indexed query per
-  check, see :func:`memstore.core.fingerprint.decide_no_progress`): the same tool with the same
-  canonical arguments that already ran ``max_identical_repeats`` times in a row with the same
-  result is blocked (:class:`BlockedNoProgress`).
-* **Side effects happen once** — for tools registered as side-effecting, an idempotency key
-  (derived from the app, the tool and the canonical arguments, or given by the caller) is
-  recorded in ``tool_executions`` with a state: ``pending`` (allowed, not started), ``running``
-  (started, outcome not recorded), ``succeeded`` (the first result is stored), ``failed`` (the
-  tool reported that nothing happened; it may run again) or ``unknown`` (it may or may not
-  have happened). A succeeded key is answered with the first result
-  (:class:`AlreadySucceeded`) and never executed again; a ``running`` or ``unknown`` key is
-  never executed automatically (:class:`HumanReviewRequired`).
-* **Budgets** — per turn (a :class:`Turn`), in memory: tool rounds, tool calls, wall-clock
-  seconds, cost reported by the caller and side-effect calls (:class:`BlockedBudget`).
-
-Statements per check: a plain tool costs one indexed query (the newest ``history_rows`` rows of
-the app, on the ``(app_id, id)`` index); a side-effecting tool adds one primary-key read of its
-key, plus one INSERT the first time the key is seen. Blocked verdicts are logged (WARNING,
-``memstore.guard`` logger); with ``Settings.guard_debug`` every decision is (INFO), with the
-arguments and results replaced by their length and a digest prefix.
-"""
+"""LoopGuard: the check a service makes before it executes each tool call (sync and async
+forms); see the package docstring of :mod:`memstore.guard`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import math
-import threading
 import time
-import unicodedata
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 
 from memstore.core.fingerprint import (
     BLOCKING_STATUSES,
-    GUARD_MARK,
     NoProgressDecision,
     arguments_digest,
     decide_from_newest_rows,
@@ -63,9 +22,20 @@ from memstore.core.fingerprint import (
 )
 from memstore.core.fingerprint import idempotency_key as derived_idempotency_key
 from memstore.core.inputs import normalize_app_id
-from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
-from memstore.messages import ToolResult
+from memstore.errors import ConfigurationError, InvalidInputError
+from memstore.guard.budgets import Budgets, Turn
+from memstore.guard.execution_table import _ExecutionTable
+from memstore.guard.executions import (
+    Execution,
+    ExecutionState,
+    ExecutionStateError,
+    execution_verdict,
+)
+from memstore.guard.guarded_call import GuardedCall, ToolFailed, _not_run, _result_text
+from memstore.guard.inputs import _arguments_text, _checked_name, _checked_text
+from memstore.guard.verdicts import Allow, AlreadySucceeded, BlockedNoProgress, Verdict
 from memstore.sql.engine import translated_errors
+from memstore.sql.repository import in_app, newest_first
 from memstore.sql.schema import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_TOOL_NAME_CHARS,
@@ -76,438 +46,11 @@ from memstore.sql.schema import (
 if TYPE_CHECKING:
     from memstore.store import MemoryStore
 
+# The package's logger name (documented in the README), not this module's __name__.
 logger = logging.getLogger("memstore.guard")
-
-ExecutionState: TypeAlias = Literal["pending", "running", "succeeded", "failed", "unknown"]
-BudgetName: TypeAlias = Literal[
-    "tool_rounds", "tool_calls", "wall_clock_seconds", "cost", "side_effect_calls"
-]
 
 DEFAULT_HISTORY_ROWS = 64
 """Rows of the original history one check reads (at least ``4 * (max_identical_repeats + 1)``)."""
-
-
-# -- verdicts ------------------------------------------------------------------------------------
-
-
-class Verdict(BaseModel):
-    """What the guard decided for one tool call. ``model_dump()`` / ``model_dump_json()`` give
-    exactly the fields of the concrete verdict (see the subclasses)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    status: str
-
-    @property
-    def allowed(self) -> bool:
-        """True only for :class:`Allow`: the service executes the tool."""
-        return False
-
-    def tool_result(self, call_id: str, tool_name: str) -> ToolResult:
-        """The verdict as the tool's result for the model: its JSON, marked as an error (and
-        with ``metadata={"memstore_guard": status}``, so a later check knows the tool did not
-        run). Store it like any tool result."""
-        return ToolResult(
-            id=call_id,
-            tool_name=tool_name,
-            text=self.model_dump_json(),
-            is_error=True,
-            metadata={GUARD_MARK: self.status},
-        )
-
-
-class Allow(Verdict):
-    """Execute the tool. For a side-effecting tool ``idempotency_key`` names its execution
-    record (pass it to :meth:`LoopGuard.start`, :meth:`~LoopGuard.succeed`...)."""
-
-    status: Literal["allow"] = "allow"
-    idempotency_key: str | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return True
-
-    def tool_result(self, call_id: str, tool_name: str) -> ToolResult:
-        """Not available: an allowed call's result comes from running the tool."""
-        raise InvalidInputError("an allowed call has no verdict result; run the tool")
-
-
-class AlreadySucceeded(Verdict):
-    """A side-effecting call whose key already succeeded: do not execute; ``result`` is the
-    first execution's result, to hand to the model as the tool's (successful) result."""
-
-    status: Literal["already_succeeded"] = "already_succeeded"
-    reason: Literal["side_effect_already_succeeded"] = "side_effect_already_succeeded"
-    idempotency_key: str
-    result: str
-
-    def tool_result(self, call_id: str, tool_name: str) -> ToolResult:
-        """The first execution's result, not an error (marked ``memstore_guard``)."""
-        return ToolResult(
-            id=call_id,
-            tool_name=tool_name,
-            text=self.result,
-            is_error=False,
-            metadata={GUARD_MARK: self.status},
-        )
-
-
-class BlockedNoProgress(Verdict):
-    """The same tool with the same arguments already ran ``max_identical_repeats`` times in a
-    row with the same result. Serialises to exactly::
-
-        {"status": "blocked_no_progress", "reason": "same_tool_same_arguments_no_state_change",
-         "action": "human_review_required", "checkpoint_id": <id>}
-
-    ``checkpoint_id`` is the id of the app's newest original-history row when it was decided.
-    """
-
-    status: Literal["blocked_no_progress"] = "blocked_no_progress"
-    reason: Literal["same_tool_same_arguments_no_state_change"] = (
-        "same_tool_same_arguments_no_state_change"
-    )
-    action: Literal["human_review_required"] = "human_review_required"
-    checkpoint_id: int
-
-
-class BlockedBudget(Verdict):
-    """The turn used up a budget: ``budget`` names it, ``limit`` and ``used`` say by how much.
-    The service should end the turn."""
-
-    status: Literal["blocked_budget"] = "blocked_budget"
-    reason: Literal["turn_budget_exhausted"] = "turn_budget_exhausted"
-    budget: BudgetName
-    limit: int | float
-    used: int | float
-    action: Literal["end_turn"] = "end_turn"
-
-
-class HumanReviewRequired(Verdict):
-    """A side-effecting call whose key is ``running`` (started, no outcome recorded: still
-    running elsewhere, or the process died) or ``unknown``: it may or may not have happened, so
-    it is never executed automatically. A person resolves it with :meth:`LoopGuard.succeed` or
-    :meth:`LoopGuard.fail`."""
-
-    status: Literal["human_review_required"] = "human_review_required"
-    reason: Literal["side_effect_running", "side_effect_unknown"]
-    action: Literal["human_review_required"] = "human_review_required"
-    idempotency_key: str
-    execution_state: Literal["running", "unknown"]
-
-
-AnyVerdict: TypeAlias = Annotated[
-    Allow | AlreadySucceeded | BlockedNoProgress | BlockedBudget | HumanReviewRequired,
-    Field(discriminator="status"),
-]
-VERDICT_ADAPTER: TypeAdapter[AnyVerdict] = TypeAdapter(AnyVerdict)
-
-
-def parse_verdict(data: str | Mapping[str, Any]) -> Verdict:
-    """A verdict back from its JSON text or dict (e.g. a stored tool result's text)."""
-    try:
-        if isinstance(data, str):
-            return VERDICT_ADAPTER.validate_json(data)
-        return VERDICT_ADAPTER.validate_python(dict(data))
-    except ValidationError as error:
-        raise InvalidInputError(
-            f"not a loop-guard verdict: {error.error_count()} error(s)"
-        ) from error
-
-
-# -- budgets (pure) ------------------------------------------------------------------------------
-
-
-class Budgets(BaseModel):
-    """Per-turn limits; ``None`` switches one off.
-
-    A call is blocked when the turn is already past ``tool_rounds`` (rounds are the model
-    calls reported with :meth:`Turn.record_model_call`; a turn that reports none is in round
-    1), has already had ``tool_calls`` allowed calls, has run ``wall_clock_seconds`` or more,
-    has spent ``cost`` or more (the next model call would exceed it), or, for a side-effecting
-    tool, has already had ``side_effect_calls`` side-effecting calls allowed.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tool_rounds: int | None = Field(default=16, ge=1)
-    tool_calls: int | None = Field(default=64, ge=1)
-    wall_clock_seconds: float | None = Field(default=300.0, gt=0)
-    cost: float | None = Field(default=None, ge=0)
-    side_effect_calls: int | None = Field(default=8, ge=0)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as error:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                for e in error.errors(include_url=False)
-            )
-            raise ConfigurationError(f"invalid loop-guard budgets: {details}") from error
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetUsage:
-    """What a turn has used so far."""
-
-    tool_rounds: int
-    tool_calls: int
-    wall_clock_seconds: float
-    cost: float
-    side_effect_calls: int
-
-
-def exceeded_budget(
-    budgets: Budgets, usage: BudgetUsage, *, side_effect: bool
-) -> BlockedBudget | None:
-    """The first budget (in field order) the next call would exceed, as a verdict; else None."""
-    candidates: list[tuple[BudgetName, int | float | None, int | float, bool]] = [
-        ("tool_rounds", budgets.tool_rounds, usage.tool_rounds, False),
-        ("tool_calls", budgets.tool_calls, usage.tool_calls, True),
-        ("wall_clock_seconds", budgets.wall_clock_seconds, usage.wall_clock_seconds, True),
-        ("cost", budgets.cost, usage.cost, True),
-    ]
-    if side_effect:
-        candidates.append(
-            ("side_effect_calls", budgets.side_effect_calls, usage.side_effect_calls, True)
-        )
-    for name, limit, used, inclusive in candidates:
-        if limit is None:
-            continue
-        if used >= limit if inclusive else used > limit:
-            return BlockedBudget(budget=name, limit=limit, used=used)
-    return None
-
-
-class Turn:
-    """The budget accounting of one agent turn of one app (in memory; a restart starts a new
-    turn). Get one from :meth:`LoopGuard.turn` and pass it to every check of the turn.
-    Thread-safe: parallel calls of one round may be checked concurrently."""
-
-    def __init__(self, app_id: str, budgets: Budgets, clock: Callable[[], float]) -> None:
-        self.app_id = app_id
-        self.budgets = budgets
-        self._clock = clock
-        self._started = clock()
-        self._lock = threading.Lock()
-        self._model_calls = 0
-        self._tool_calls = 0
-        self._side_effect_calls = 0
-        self._cost = 0.0
-
-    def record_model_call(self, cost: float = 0.0) -> None:
-        """Report one model call of the turn and what it cost; it opens a new tool round."""
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)):
-            raise InvalidInputError(f"cost must be a number, got {type(cost).__name__}")
-        if not math.isfinite(cost) or cost < 0:
-            raise InvalidInputError(f"cost must be a finite number >= 0, got {cost!r}")
-        with self._lock:
-            self._model_calls += 1
-            self._cost += float(cost)
-
-    @property
-    def usage(self) -> BudgetUsage:
-        """What the turn has used so far."""
-        with self._lock:
-            return self._usage()
-
-    def _usage(self) -> BudgetUsage:
-        return BudgetUsage(
-            tool_rounds=max(1, self._model_calls),
-            tool_calls=self._tool_calls,
-            wall_clock_seconds=max(0.0, self._clock() - self._started),
-            cost=self._cost,
-            side_effect_calls=self._side_effect_calls,
-        )
-
-    def _reserve(self, *, side_effect: bool) -> BlockedBudget | None:
-        """Check the budgets and, when none is exceeded, count the call (atomically)."""
-        with self._lock:
-            blocked = exceeded_budget(self.budgets, self._usage(), side_effect=side_effect)
-            if blocked is None:
-                self._tool_calls += 1
-                self._side_effect_calls += int(side_effect)
-            return blocked
-
-    def _release(self, *, tool_call: bool, side_effect: bool) -> None:
-        with self._lock:
-            self._tool_calls -= int(tool_call)
-            self._side_effect_calls -= int(side_effect)
-
-
-# -- executions (thin SQL) -----------------------------------------------------------------------
-
-
-class Execution(BaseModel):
-    """One row of ``tool_executions``: a side-effecting call's execution record."""
-
-    model_config = ConfigDict(frozen=True)
-
-    app_id: str
-    idempotency_key: str
-    tool_name: str
-    arguments_digest: str
-    state: ExecutionState
-    attempts: int
-    """Executions started (``start``); 0 while ``pending``."""
-    tool_call_id: str | None
-    """The call id given to the last ``start``."""
-    result: str | None
-    """The first successful result, or the last failure's text."""
-    created_at: datetime
-    updated_at: datetime
-
-
-class ExecutionStateError(MemstoreError):
-    """An execution record is not in a state that allows the requested transition.
-
-    ``execution`` is the record as read (``None`` when the key has none); ``verdict`` is what a
-    check would answer for it (:class:`AlreadySucceeded` or :class:`HumanReviewRequired`) when
-    :meth:`LoopGuard.start` refused to start it, else ``None``.
-    """
-
-    def __init__(
-        self, detail: str, *, execution: Execution | None, verdict: Verdict | None = None
-    ) -> None:
-        super().__init__(detail)
-        self.execution = execution
-        self.verdict = verdict
-
-
-class ToolFailed(Exception):
-    """Raise from a tool run by :meth:`LoopGuard.execute` to report a definite failure: nothing
-    happened, so the key is marked ``failed`` and a later call may run it again. ``text`` is
-    the result the model gets (an error result)."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-
-def _execution(row: Any) -> Execution:
-    return Execution(
-        app_id=row.app_id,
-        idempotency_key=row.idempotency_key,
-        tool_name=row.tool_name,
-        arguments_digest=row.arguments_digest,
-        state=row.state,
-        attempts=row.attempts,
-        tool_call_id=row.tool_call_id,
-        result=row.result,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
-
-
-def _key_clause(app_id: Any, key: Any) -> sa.ColumnElement[bool]:
-    return sa.and_(tool_executions.c.app_id == app_id, tool_executions.c.idempotency_key == key)
-
-
-class _ExecutionTable:
-    """Statements over ``tool_executions``; transitions are compare-and-set UPDATEs."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._by_key = sa.select(tool_executions).where(
-            _key_clause(sa.bindparam("app_id"), sa.bindparam("key"))
-        )
-
-    def get(self, app_id: str, key: str) -> Execution | None:
-        """One primary-key read."""
-        with translated_errors("reading a tool execution"), self.engine.connect() as conn:
-            row = conn.execute(self._by_key, {"app_id": app_id, "key": key}).first()
-        return None if row is None else _execution(row)
-
-    def select(self, app_id: str, states: Sequence[str] | None, limit: int) -> list[Execution]:
-        query = sa.select(tool_executions).where(tool_executions.c.app_id == app_id)
-        if states is not None:
-            query = query.where(tool_executions.c.state.in_(list(states)))
-        query = query.order_by(tool_executions.c.updated_at.desc()).limit(limit)
-        with translated_errors("reading tool executions"), self.engine.connect() as conn:
-            return [_execution(row) for row in conn.execute(query)]
-
-    def insert(self, values: dict[str, Any]) -> bool:
-        """Insert a new record; False when the key already has one (a concurrent insert)."""
-        with translated_errors("recording a tool execution"):
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(tool_executions.insert(), values)
-            except IntegrityError:
-                return False
-        return True
-
-    def transition(
-        self, app_id: str, key: str, from_states: Sequence[str], values: dict[str, Any]
-    ) -> bool:
-        """Set ``values`` when the record's state is one of ``from_states``; True if it was."""
-        statement = (
-            tool_executions.update()
-            .where(_key_clause(app_id, key), tool_executions.c.state.in_(list(from_states)))
-            .values(**values)
-        )
-        with translated_errors("updating a tool execution"), self.engine.begin() as conn:
-            return conn.execute(statement).rowcount == 1
-
-
-# -- the guard -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GuardedCall:
-    """The outcome of :meth:`LoopGuard.execute`."""
-
-    verdict: Verdict
-    text: str
-    """The tool's result text for the model: the tool's own, the first execution's result
-    (:class:`AlreadySucceeded`) or the verdict's JSON (blocked verdicts)."""
-    is_error: bool
-    executed: bool
-    """True when the tool ran during this call."""
-
-    def tool_result(self, call_id: str, tool_name: str) -> ToolResult:
-        """The result to store and hand to the model."""
-        if self.executed:
-            return ToolResult(
-                id=call_id, tool_name=tool_name, text=self.text, is_error=self.is_error
-            )
-        return self.verdict.tool_result(call_id, tool_name)
-
-
-def _arguments_text(arguments: str | Mapping[str, Any]) -> str:
-    if isinstance(arguments, str):
-        return arguments
-    if isinstance(arguments, Mapping):
-        try:
-            return json.dumps(dict(arguments), ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as error:
-            raise InvalidInputError(f"arguments are not JSON-serialisable: {error}") from error
-    raise InvalidInputError(
-        f"arguments must be the JSON text (str) or a mapping, got {type(arguments).__name__}"
-    )
-
-
-def _checked_name(value: object, what: str, limit: int) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(f"{what} must be a non-empty string")
-    if len(value) > limit:
-        raise InvalidInputError(f"{what} is longer than {limit} characters")
-    if any(unicodedata.category(char) in ("Cc", "Cs") for char in value):
-        raise InvalidInputError(f"{what} contains a control character or a lone surrogate")
-    return value
-
-
-def _checked_text(value: object, what: str, limit_bytes: int) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as error:
-        raise InvalidInputError(f"{what} is not valid unicode (lone surrogate)") from error
-    if "\x00" in value:
-        raise InvalidInputError(f"{what} contains a NUL character, which databases reject")
-    if size > limit_bytes:
-        raise InvalidInputError(f"{what} is {size} bytes; the limit is {limit_bytes} bytes")
-    return value
 
 
 def _redacted(text: str) -> str:
@@ -522,30 +65,8 @@ _UNRESOLVED: tuple[ExecutionState, ...] = ("running", "unknown")
 _STARTABLE: tuple[ExecutionState, ...] = ("pending", "failed")
 
 
-def execution_verdict(execution: Execution) -> AlreadySucceeded | HumanReviewRequired | None:
-    """What an existing execution record means for a new call (pure): ``None`` when the call
-    may run (``pending``, ``failed``)."""
-    if execution.state == "succeeded":
-        return AlreadySucceeded(
-            idempotency_key=execution.idempotency_key, result=execution.result or ""
-        )
-    if execution.state == "running":
-        return HumanReviewRequired(
-            reason="side_effect_running",
-            idempotency_key=execution.idempotency_key,
-            execution_state="running",
-        )
-    if execution.state == "unknown":
-        return HumanReviewRequired(
-            reason="side_effect_unknown",
-            idempotency_key=execution.idempotency_key,
-            execution_state="unknown",
-        )
-    return None
-
-
 class LoopGuard:
-    """Consult it before executing each tool call; see the module docstring.
+    """Consult it before executing each tool call; see the package docstring.
 
     Args:
         store: the :class:`~memstore.store.MemoryStore` whose database holds the history (and
@@ -597,8 +118,8 @@ class LoopGuard:
         # built once: the newest rows of one app (bound app id), like the loader's query
         self._history_query = (
             sa.select(original.c.id, original.c.message_type, original.c.payload)
-            .where(original.c.app_id == sa.bindparam("app_id"), original.c.is_deleted == sa.false())
-            .order_by(original.c.id.desc())
+            .where(in_app(original, sa.bindparam("app_id")), original.c.is_deleted == sa.false())
+            .order_by(*newest_first(original))
             .limit(rows)
         )
         self._max_text_bytes = store.settings.max_text_bytes
@@ -1040,41 +561,3 @@ class LoopGuard:
             execution.attempts,
             result,
         )
-
-
-def _result_text(value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(
-            f"a tool run must return its result text, got {type(value).__name__}"
-        )
-    return value
-
-
-def _not_run(verdict: Verdict) -> GuardedCall:
-    if isinstance(verdict, AlreadySucceeded):
-        return GuardedCall(verdict, verdict.result, is_error=False, executed=False)
-    return GuardedCall(verdict, verdict.model_dump_json(), is_error=True, executed=False)
-
-
-__all__ = [
-    "Allow",
-    "AlreadySucceeded",
-    "AnyVerdict",
-    "BlockedBudget",
-    "BlockedNoProgress",
-    "BudgetName",
-    "BudgetUsage",
-    "Budgets",
-    "Execution",
-    "ExecutionState",
-    "ExecutionStateError",
-    "GuardedCall",
-    "HumanReviewRequired",
-    "LoopGuard",
-    "ToolFailed",
-    "Turn",
-    "Verdict",
-    "exceeded_budget",
-    "execution_verdict",
-    "parse_verdict",
-]

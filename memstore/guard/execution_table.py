@@ -1,0 +1,80 @@
+"""Thin SQL over ``tool_executions``: one primary-key read, a listing, an insert and
+compare-and-set transitions. Which transition to make is the guard's decision, not theirs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from memstore.guard.executions import Execution
+from memstore.sql.engine import translated_errors
+from memstore.sql.schema import tool_executions
+
+
+def _execution(row: Any) -> Execution:
+    return Execution(
+        app_id=row.app_id,
+        idempotency_key=row.idempotency_key,
+        tool_name=row.tool_name,
+        arguments_digest=row.arguments_digest,
+        state=row.state,
+        attempts=row.attempts,
+        tool_call_id=row.tool_call_id,
+        result=row.result,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _key_clause(app_id: Any, key: Any) -> sa.ColumnElement[bool]:
+    return sa.and_(tool_executions.c.app_id == app_id, tool_executions.c.idempotency_key == key)
+
+
+class _ExecutionTable:
+    """Statements over ``tool_executions``; transitions are compare-and-set UPDATEs."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._by_key = sa.select(tool_executions).where(
+            _key_clause(sa.bindparam("app_id"), sa.bindparam("key"))
+        )
+
+    def get(self, app_id: str, key: str) -> Execution | None:
+        """One primary-key read."""
+        with translated_errors("reading a tool execution"), self.engine.connect() as conn:
+            row = conn.execute(self._by_key, {"app_id": app_id, "key": key}).first()
+        return None if row is None else _execution(row)
+
+    def select(self, app_id: str, states: Sequence[str] | None, limit: int) -> list[Execution]:
+        query = sa.select(tool_executions).where(tool_executions.c.app_id == app_id)
+        if states is not None:
+            query = query.where(tool_executions.c.state.in_(list(states)))
+        query = query.order_by(tool_executions.c.updated_at.desc()).limit(limit)
+        with translated_errors("reading tool executions"), self.engine.connect() as conn:
+            return [_execution(row) for row in conn.execute(query)]
+
+    def insert(self, values: dict[str, Any]) -> bool:
+        """Insert a new record; False when the key already has one (a concurrent insert)."""
+        with translated_errors("recording a tool execution"):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(tool_executions.insert(), values)
+            except IntegrityError:
+                return False
+        return True
+
+    def transition(
+        self, app_id: str, key: str, from_states: Sequence[str], values: dict[str, Any]
+    ) -> bool:
+        """Set ``values`` when the record's state is one of ``from_states``; True if it was."""
+        statement = (
+            tool_executions.update()
+            .where(_key_clause(app_id, key), tool_executions.c.state.in_(list(from_states)))
+            .values(**values)
+        )
+        with translated_errors("updating a tool execution"), self.engine.begin() as conn:
+            return conn.execute(statement).rowcount == 1

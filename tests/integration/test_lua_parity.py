@@ -193,6 +193,16 @@ def test_lua_scripts_and_in_process_cache_agree(
             redis_read, process_read = in_redis.read(app_id), in_process.read(app_id)
             assert redis_read.messages is None and process_read.messages is None
             rows = data.draw(histories(ids), label=f"{step}: rows")
+            if data.draw(st.integers(0, 2), label=f"{step}: crashed mid-tool") == 0:
+                calls = list(dict.fromkeys(ids.draw(data.draw) for _ in range(2)))
+                rows.append(
+                    AiMessage(
+                        text=None,
+                        tool_requests=[
+                            ToolRequest(id=i, name="read", arguments="{}") for i in calls
+                        ],
+                    )
+                )
             size = data.draw(st.integers(1, policy.max_messages + 4), label=f"{step}: size")
             window = select_window(
                 [StoredMessage(i + 1, m) for i, m in enumerate(rows)],

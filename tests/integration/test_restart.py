@@ -89,7 +89,10 @@ def parallel_turn(prefix: str, *, failed: bool = False) -> list[Message]:
         ),
         ToolResult(id=f"{prefix}-call_2", tool_name="write_file", text="ok b"),  # finished first
         ToolResult(
-            id=f"{prefix}-call_1", tool_name="write_file", text="disk full", is_error=failed
+            id=f"{prefix}-call_1",
+            tool_name="write_file",
+            text="disk full" if failed else "ok a",
+            is_error=failed,
         ),
         AiMessage(text=f"{prefix}: done."),
     ]

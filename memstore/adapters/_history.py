@@ -64,6 +64,7 @@ from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     in_app,
     newest_rows_query,
+    oldest_first_query,
     request_scan_query,
     rows_to_messages,
 )
@@ -143,16 +144,7 @@ def resolve_results(messages: Sequence[Message], stored: Mapping[str, str]) -> l
 
 def _history_page(conn: Connection, app_id: str, after: int, page: int) -> list[StoredMessage]:
     """One keyset page of the app's rows with ids above ``after``, chronological."""
-    query = (
-        sa.select(original.c.id, original.c.payload)
-        .where(
-            in_app(original, app_id),
-            original.c.is_deleted == sa.false(),
-            original.c.id > after,
-        )
-        .order_by(original.c.app_id, original.c.id)
-        .limit(page)
-    )
+    query = oldest_first_query(app_id, after, page)
     return rows_to_messages(reversed(conn.execute(query).all()))
 
 

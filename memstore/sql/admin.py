@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from memstore.core.window import StoredMessage
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app, rows_to_messages
+from memstore.sql.repository import oldest_first_query, rows_to_messages
 from memstore.sql.schema import display, original
 
 APP_PAGE = 500
@@ -46,16 +46,7 @@ def iter_history(engine: Engine, app_id: str, page: int = ROW_PAGE) -> Iterator[
     """Every non-deleted original row of the app, in id order."""
     after = -1
     while True:
-        query = (
-            sa.select(original.c.id, original.c.payload)
-            .where(
-                in_app(original, app_id),
-                original.c.is_deleted == sa.false(),
-                original.c.id > after,
-            )
-            .order_by(original.c.app_id, original.c.id)
-            .limit(page)
-        )
+        query = oldest_first_query(app_id, after, page)
         with translated_errors("reading history"), engine.connect() as conn:
             rows = list(conn.execute(query))
         yield from rows_to_messages(reversed(rows))

@@ -49,6 +49,21 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     return query
 
 
+def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]:
+    """One keyset page of the app's non-deleted original rows with ``id > after_id``, oldest
+    first: the walk over a whole history (CLI, adapters)."""
+    return (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            in_app(original, app_id),
+            original.c.is_deleted == sa.false(),
+            original.c.id > after_id,
+        )
+        .order_by(original.c.app_id, original.c.id)
+        .limit(limit)
+    )
+
+
 def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     """Newest-first result rows to chronological stored messages."""
     out = [StoredMessage(row.id, decode_payload(row.payload, row.id)) for row in rows]

@@ -120,7 +120,7 @@ class TurnCollector(TurnInput):
         batch = self._assembler.ready
         if not batch and display is None:
             return
-        self._store._write_collected(self.app_id, self.user_id, batch, display)
+        self._store._write(self.app_id, self.user_id, batch, [display] if display else [])
         self._assembler.mark_flushed(len(batch))
         self.flushes += 1
 
@@ -146,7 +146,7 @@ class TurnCollector(TurnInput):
                 exc_info=True,
             )
             try:
-                self._store._write_collected(self.app_id, self.user_id, [], draft)
+                self._store._write(self.app_id, self.user_id, [], [draft] if draft else [])
             except Exception:
                 logger.warning(
                     "memstore collector: the display row of app %r's failed turn was lost",

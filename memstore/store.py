@@ -15,7 +15,7 @@ with the edge check whenever it is missing (expired, flushed, restarted) or unce
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -173,18 +173,6 @@ class MemoryStore:
         from memstore.collector import TurnCollector
 
         return TurnCollector(self, normalize_app_id(app_id), normalize_user_id(user_id))
-
-    def _write_collected(
-        self,
-        app_id: str,
-        user_id: str | None,
-        messages: Sequence[Message],
-        display_draft: DisplayDraft | None,
-    ) -> None:
-        """The collector's flush: ``messages`` as one multi-row INSERT into the original
-        history plus, when given, one display row (a second INSERT), in one transaction; then
-        the cache append. No display rows are derived from ``messages``."""
-        self._write(app_id, user_id, list(messages), [display_draft] if display_draft else [])
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from memstore.errors import ConfigurationError
+from memstore.errors import ConfigurationError, describe_validation_error
 
 ENV_PREFIX = "MEMSTORE_"
 
@@ -73,10 +73,7 @@ class Settings(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as error:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                for e in error.errors(include_url=False)
-            )
+            details = describe_validation_error(error)
             raise ConfigurationError(f"invalid memstore settings: {details}") from error
 
     @classmethod

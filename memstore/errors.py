@@ -7,6 +7,8 @@ errors never surface: the cache degrades to SQL and logs a warning instead.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class MemstoreError(Exception):
     """Root of every error memstore raises on purpose.
@@ -113,3 +115,12 @@ class MissingExtraError(ConfigurationError, ImportError):
         super().__init__(detail)
         self.extra = extra
         self.install = install
+
+
+def describe_validation_error(error: ValidationError, *, unnamed: str = "") -> str:
+    """``field.path: problem; ...`` for the detail of the typed error that replaces ``error``;
+    ``unnamed`` labels problems of the whole object (an empty location)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or unnamed}: {item['msg']}"
+        for item in error.errors(include_url=False)
+    )

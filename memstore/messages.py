@@ -28,15 +28,11 @@ from pydantic import (
     ValidationError,
 )
 
-from memstore.errors import InvalidMessageError
+from memstore.errors import InvalidMessageError, describe_validation_error
 
 
 def _describe(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "message"
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)
+    return describe_validation_error(error, unnamed="message")
 
 
 class _Model(BaseModel):

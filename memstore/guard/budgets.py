@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memstore.errors import ConfigurationError, InvalidInputError
+from memstore.errors import ConfigurationError, InvalidInputError, describe_validation_error
 from memstore.guard.verdicts import BlockedBudget, BudgetName
 
 
@@ -36,10 +36,7 @@ class Budgets(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as error:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                for e in error.errors(include_url=False)
-            )
+            details = describe_validation_error(error)
             raise ConfigurationError(f"invalid loop-guard budgets: {details}") from error
 
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
 
 from memstore.core.loader import RowRequest
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
-from memstore.sql.engine import translated_errors
+from memstore.sql.engine import install_sqlite_pragmas, sqlite_options, translated_errors
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     display_entry,
@@ -55,20 +53,8 @@ def make_async_engine(url: str) -> AsyncEngine:
     target = async_url(url)
     if target.get_backend_name() != "sqlite":
         return create_async_engine(target, pool_pre_ping=True)
-    in_memory = target.database in (None, "", ":memory:")
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}}
-    if in_memory:
-        kwargs["poolclass"] = StaticPool
-    engine = create_async_engine(target, **kwargs)
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        if not in_memory:
-            cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
+    engine = create_async_engine(target, **sqlite_options(target))
+    install_sqlite_pragmas(engine.sync_engine, target)
     return engine
 
 

@@ -20,8 +20,7 @@ Needs the ``async`` extra (``pip install 'memstore[async]'``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -31,13 +30,11 @@ from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache,
 from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
-from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
+from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.inputs import normalize_app_id, normalize_user_id
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
-    ID_COLLISION_RETRIES,
     history_page,
-    plan_write,
     positive,
     purge_report,
     reload_report,
@@ -46,10 +43,10 @@ from memstore.core.plans import (
 from memstore.core.stream import turn_display
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
-from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+from memstore.store_base import StoreBase
 
 logger = logging.getLogger("memstore")
 
@@ -64,7 +61,7 @@ async def _run_steps(steps: WindowSteps, sql: AsyncSqlHistory, app_id: str) -> W
         return window
 
 
-class AsyncMemoryStore:
+class AsyncMemoryStore(StoreBase):
     """Chat memory on an async engine and cache. Share one per event loop (or process).
 
     Args:
@@ -81,7 +78,7 @@ class AsyncMemoryStore:
         engine: AsyncEngine | None = None,
         cache: AsyncWindowCache | None = None,
     ) -> None:
-        self.settings = settings or Settings()
+        super().__init__(settings)
         self._owns_engine = engine is None
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
@@ -89,16 +86,6 @@ class AsyncMemoryStore:
         self._sql = AsyncSqlHistory(self.engine)
         self._owns_cache = cache is None
         self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
-        self._ids: SnowflakeGenerator = shared_generator(
-            self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
-        )
-        self._formatters: dict[str, ToolFormatter] = {}
-        self._closed = False
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> AsyncMemoryStore:
-        """A store configured from the ``MEMSTORE_*`` environment variables."""
-        return cls(Settings.from_env(**overrides))
 
     def _default_cache(self) -> AsyncWindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -114,14 +101,6 @@ class AsyncMemoryStore:
 
         async with self.engine.begin() as conn:
             await conn.run_sync(migrations.upgrade_connection, revision)
-
-    def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
-        """See :meth:`memstore.MemoryStore.register_formatter`."""
-        self._formatters[tool_name] = formatter
-
-    @property
-    def formatters(self) -> Mapping[str, ToolFormatter]:
-        return self._formatters
 
     async def append(
         self,
@@ -140,29 +119,17 @@ class AsyncMemoryStore:
     ) -> list[int]:
         if not batch and not drafts:
             return []
-        for attempt in range(1, ID_COLLISION_RETRIES + 1):
-            plan = plan_write(
-                app_id,
-                user_id,
-                batch,
-                drafts,
-                ids=self._ids.next_ids(len(batch) + len(drafts)),
-                now=datetime.now(timezone.utc),
-                max_text_bytes=self.settings.max_text_bytes,
-            )
+        attempt = 0
+        while True:
+            attempt += 1
+            plan = self._plan(app_id, user_id, batch, drafts)
             try:
                 missing = await self._sql.insert(
                     app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
                 )
                 break
-            except IdCollisionError:
-                if attempt == ID_COLLISION_RETRIES:
-                    raise
-                logger.warning(
-                    "memstore: snowflake id collision (another process uses worker id %d?); "
-                    "retrying with fresh ids",
-                    self.settings.worker_id,
-                )
+            except IdCollisionError as error:
+                self._id_collided(attempt, error)
         if missing:
             raise unknown_call_error(app_id, missing)
         if plan.cache_entries:

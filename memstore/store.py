@@ -15,8 +15,7 @@ with the edge check whenever it is missing (expired, flushed, restarted) or unce
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,11 @@ from memstore.cache.base import WindowCache, WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
-from memstore.core.display import DisplayDraft, ToolFormatter, display_drafts
+from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.inputs import normalize_app_id, normalize_user_id
 from memstore.core.loader import run_steps, window_steps
 from memstore.core.plans import (
-    ID_COLLISION_RETRIES,
     history_page,
-    plan_write,
     positive,
     purge_report,
     reload_report,
@@ -40,11 +37,11 @@ from memstore.core.plans import (
 )
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
-from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql.engine import make_engine
 from memstore.sql.repository import SqlHistory
+from memstore.store_base import StoreBase
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -52,7 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memstore")
 
 
-class MemoryStore:
+class MemoryStore(StoreBase):
     """Chat memory for one database and one cache. Thread-safe; share one per process.
 
     Args:
@@ -69,22 +66,12 @@ class MemoryStore:
         engine: Engine | None = None,
         cache: WindowCache | None = None,
     ) -> None:
-        self.settings = settings or Settings()
+        super().__init__(settings)
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
         self._sql = SqlHistory(self.engine)
         self._owns_cache = cache is None
         self.cache: WindowCache = cache if cache is not None else self._default_cache()
-        self._ids: SnowflakeGenerator = shared_generator(
-            self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
-        )
-        self._formatters: dict[str, ToolFormatter] = {}
-        self._closed = False
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> MemoryStore:
-        """A store configured from the ``MEMSTORE_*`` environment variables."""
-        return cls(Settings.from_env(**overrides))
 
     def _default_cache(self) -> WindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -103,14 +90,6 @@ class MemoryStore:
         migrations.upgrade(self.engine, revision)
 
     # -- writes ------------------------------------------------------------------------------
-
-    def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
-        """Use ``formatter(request, result_or_None) -> str`` for ``tool_name``'s display line."""
-        self._formatters[tool_name] = formatter
-
-    @property
-    def formatters(self) -> Mapping[str, ToolFormatter]:
-        return self._formatters
 
     def append(
         self,
@@ -136,29 +115,17 @@ class MemoryStore:
         """Both histories in one transaction (one multi-row INSERT per table), then the cache."""
         if not batch and not drafts:
             return []
-        for attempt in range(1, ID_COLLISION_RETRIES + 1):
-            plan = plan_write(
-                app_id,
-                user_id,
-                batch,
-                drafts,
-                ids=self._ids.next_ids(len(batch) + len(drafts)),
-                now=datetime.now(timezone.utc),
-                max_text_bytes=self.settings.max_text_bytes,
-            )
+        attempt = 0
+        while True:
+            attempt += 1
+            plan = self._plan(app_id, user_id, batch, drafts)
             try:
                 missing = self._sql.insert(
                     app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
                 )
                 break
-            except IdCollisionError:
-                if attempt == ID_COLLISION_RETRIES:
-                    raise
-                logger.warning(
-                    "memstore: snowflake id collision (another process uses worker id %d?); "
-                    "retrying with fresh ids",
-                    self.settings.worker_id,
-                )
+            except IdCollisionError as error:
+                self._id_collided(attempt, error)
         if missing:
             raise unknown_call_error(app_id, missing)
         if plan.cache_entries:

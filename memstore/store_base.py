@@ -1,0 +1,74 @@
+"""What :class:`~memstore.MemoryStore` and :class:`~memstore.aio.AsyncMemoryStore` share apart
+from their I/O: settings, the id generator, tool formatters, laying out a write and the
+policy for snowflake id collisions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from memstore.config import Settings
+from memstore.core.display import DisplayDraft, ToolFormatter
+from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write
+from memstore.errors import IdCollisionError
+from memstore.ids import SnowflakeGenerator, shared_generator
+from memstore.messages import Message
+
+logger = logging.getLogger("memstore")
+
+StoreT = TypeVar("StoreT", bound="StoreBase")
+
+
+class StoreBase:
+    """The I/O-free half of a store."""
+
+    def __init__(self, settings: Settings | None) -> None:
+        self.settings = settings or Settings()
+        self._ids: SnowflakeGenerator = shared_generator(
+            self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
+        )
+        self._formatters: dict[str, ToolFormatter] = {}
+        self._closed = False
+
+    @classmethod
+    def from_env(cls: type[StoreT], **overrides: Any) -> StoreT:
+        """A store configured from the ``MEMSTORE_*`` environment variables."""
+        return cls(Settings.from_env(**overrides))
+
+    def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
+        """Use ``formatter(request, result_or_None) -> str`` for ``tool_name``'s display line."""
+        self._formatters[tool_name] = formatter
+
+    @property
+    def formatters(self) -> Mapping[str, ToolFormatter]:
+        return self._formatters
+
+    def _plan(
+        self,
+        app_id: str,
+        user_id: str | None,
+        batch: Sequence[Message],
+        drafts: Sequence[DisplayDraft],
+    ) -> WritePlan:
+        """Check ``batch`` and lay out its rows with fresh ids."""
+        return plan_write(
+            app_id,
+            user_id,
+            batch,
+            drafts,
+            ids=self._ids.next_ids(len(batch) + len(drafts)),
+            now=datetime.now(timezone.utc),
+            max_text_bytes=self.settings.max_text_bytes,
+        )
+
+    def _id_collided(self, attempt: int, error: IdCollisionError) -> None:
+        """Called when attempt ``attempt`` of a write hit a taken id: retry, or give up."""
+        if attempt >= ID_COLLISION_RETRIES:
+            raise error
+        logger.warning(
+            "memstore: snowflake id collision (another process uses worker id %d?); "
+            "retrying with fresh ids",
+            self.settings.worker_id,
+        )

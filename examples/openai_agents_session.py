@@ -82,9 +82,9 @@ async def main() -> None:
     store.migrate()
     model = ScriptedModel([call("call_1", "add", {"a": 1, "b": 2})], [say("1 + 2 = 3")])
     agent = Agent(name="calculator", instructions="Use the add tool.", model=model, tools=[add])
-    session = MemstoreSession("user-42", store)   # instead of SQLiteSession("user-42", ...)
+    session = MemstoreSession("user-42", store)  # instead of SQLiteSession("user-42", ...)
     result = await Runner.run(agent, "What is 1 + 2?", session=session)
-    print(result.final_output)                    # 1 + 2 = 3
+    print(result.final_output)  # 1 + 2 = 3
     store.close()
 
     # A restart: a new store on the same database. The next run sees the tool call.
@@ -94,7 +94,7 @@ async def main() -> None:
     result = await Runner.run(agent, "Double it.", session=MemstoreSession("user-42", store))
     seen = [item.get("type", "message") for item in model.inputs[0]]
     assert seen == ["message", "function_call", "function_call_output", "message", "message"]
-    print(result.final_output)                    # Doubled: 6
+    print(result.final_output)  # Doubled: 6
     store.close()
 
 

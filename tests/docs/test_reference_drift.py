@@ -28,6 +28,7 @@ from typing import Any
 import click
 import pydantic
 import pytest
+from click.testing import CliRunner
 
 import memstore
 import memstore.reports
@@ -81,6 +82,9 @@ def test_every_cli_option_is_documented_and_exists(path: str, command: click.Com
     }
     assert _long_options(command) - rows == set(), f"`{path}`: options without a row"
     assert rows - _long_options(command) == set(), f"`{path}`: rows for options it lacks"
+    shown = CliRunner().invoke(cli, [*path.split()[1:], "--help"])
+    assert shown.exit_code == 0, shown.output
+    assert {option for option in rows if option not in shown.output} == set()
 
 
 # -- settings ---------------------------------------------------------------------------------

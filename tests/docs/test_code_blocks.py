@@ -91,11 +91,13 @@ def test_python_blocks_run(path: Path, scratch: Path) -> None:
 def _close_default_event_loop() -> None:
     """``Runner.run_sync`` leaves the thread's default event loop open, by design; a page that
     used it would leak that loop into later tests."""
-    policy = asyncio.get_event_loop_policy()
-    loop = getattr(getattr(policy, "_local", None), "_loop", None)
-    if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_running():
-        loop.close()
-        policy.set_event_loop(None)
+    with warnings.catch_warnings():  # policies are deprecated from Python 3.14 on
+        warnings.simplefilter("ignore", DeprecationWarning)
+        policy = asyncio.get_event_loop_policy()
+        loop = getattr(getattr(policy, "_local", None), "_loop", None)
+        if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_running():
+            loop.close()
+            policy.set_event_loop(None)
 
 
 def test_markers_are_known_and_explained() -> None:

@@ -1,5 +1,6 @@
 """LangChain chat message history on memstore: ``pip install 'memstore[langchain]'``.
 
+```pycon
 >>> from langchain_core.messages import AIMessage, HumanMessage
 >>> from memstore import MemoryStore, Settings
 >>> from memstore.adapters.langchain import MemstoreChatMessageHistory
@@ -9,6 +10,8 @@
 >>> history.add_messages([HumanMessage("hi"), AIMessage("hello")])
 >>> [m.type for m in history.messages]
 ['human', 'ai']
+
+```
 
 The one-line switch for ``RunnableWithMessageHistory``::
 

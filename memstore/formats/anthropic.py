@@ -1,5 +1,6 @@
 """Canonical messages <-> Anthropic Messages (``system`` parameter + ``messages``).
 
+```pycon
 >>> from memstore.messages import (AiMessage, SystemMessage, ToolRequest, ToolResult,
 ...                                UserMessage)
 >>> history = [
@@ -21,6 +22,8 @@
 {'path': 'a.txt'}
 >>> from_anthropic(messages, system=system) == history
 True
+
+```
 
 Conversion (:func:`to_anthropic`, returning an :class:`AnthropicRequest` that unpacks as
 ``system, messages``):

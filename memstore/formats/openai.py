@@ -1,5 +1,6 @@
 """Canonical messages <-> OpenAI Chat Completions ``messages``.
 
+```pycon
 >>> from memstore.messages import AiMessage, ToolRequest, ToolResult, UserMessage
 >>> history = [
 ...     UserMessage(text="Create a.txt"),
@@ -14,6 +15,8 @@
 {'role': 'tool', 'tool_call_id': 'call_1', 'content': 'ok'}
 >>> from_openai(wire) == history
 True
+
+```
 
 Mapping (one canonical message is one OpenAI message, in order):
 

@@ -1,0 +1,175 @@
+"""Every code block of README.md and docs/ runs (or parses), so the docs cannot drift.
+
+The blocks of one page run in order in one namespace, in a fresh temporary directory with every
+``MEMSTORE_*`` variable unset: the embedded default (SQLite file + in-process cache). See
+``markdown.py`` for the markers a block may carry and docs/contributing.md for the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import runpy
+import shlex
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from memstore import MemoryStore
+from memstore.cli import cli
+from tests.docs.markdown import MARKER_KINDS, ROOT, Block, blocks, markdown_files
+
+EXAMPLES = ROOT / "examples"
+
+
+def _agents_model() -> dict[str, Any]:
+    """``model``: a scripted Agents SDK model that answers once (no API key, no network)."""
+    pytest.importorskip("agents")
+    from agents import set_tracing_disabled
+
+    example = runpy.run_path(str(EXAMPLES / "openai_agents_session.py"), run_name="docs_fixture")
+    set_tracing_disabled(True)
+    return {"model": example["ScriptedModel"]([example["say"]("Hello! How can I help?")])}
+
+
+GIVEN: dict[str, Callable[[], dict[str, Any]]] = {"agents_model": _agents_model}
+"""What ``<!-- docs-test: given NAME -->`` binds before a block runs."""
+
+
+def _pages_with(lang: str) -> list[Path]:
+    return [path for path in markdown_files() if any(b.lang == lang for b in blocks(path))]
+
+
+def _page_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working directory and no MEMSTORE_* variables: the embedded default."""
+    for name in list(os.environ):
+        if name.startswith("MEMSTORE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run(block: Block, namespace: dict[str, Any]) -> None:
+    if block.marker == "given":
+        for name in filter(None, (n.strip() for n in block.marker_arg.split(","))):
+            namespace.update(GIVEN[name]())
+    code = compile(block.expanded(), block.where, "exec")
+    with warnings.catch_warnings():
+        # the LangChain page shows RunnableWithMessageHistory, which langchain-core deprecates
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="langchain_core")
+        exec(code, namespace)
+
+
+@pytest.mark.parametrize("path", _pages_with("python"), ids=_page_id)
+def test_python_blocks_run(path: Path, scratch: Path) -> None:
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    ran = 0
+    try:
+        for block in blocks(path):
+            if block.lang != "python" or block.marker == "skip":
+                continue
+            _run(block, namespace)
+            ran += 1
+        assert ran or all(b.marker == "skip" for b in blocks(path) if b.lang == "python")
+    finally:
+        for value in namespace.values():
+            if isinstance(value, MemoryStore):
+                value.close()
+        _close_default_event_loop()
+
+
+def _close_default_event_loop() -> None:
+    """``Runner.run_sync`` leaves the thread's default event loop open, by design; a page that
+    used it would leak that loop into later tests."""
+    with warnings.catch_warnings():  # policies are deprecated from Python 3.14 on
+        warnings.simplefilter("ignore", DeprecationWarning)
+        policy = asyncio.get_event_loop_policy()
+        loop = getattr(getattr(policy, "_local", None), "_loop", None)
+        if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_running():
+            loop.close()
+            policy.set_event_loop(None)
+
+
+def test_markers_are_known_and_explained() -> None:
+    for path in markdown_files():
+        for block in blocks(path):
+            if block.marker is None:
+                continue
+            assert block.marker in MARKER_KINDS, f"{block.where}: unknown marker {block.marker}"
+            assert block.marker_arg, f"{block.where}: a {block.marker} marker needs its argument"
+            if block.marker == "given":
+                names = [n.strip() for n in block.marker_arg.split(",")]
+                assert set(names) <= set(GIVEN), f"{block.where}: unknown fixture {names}"
+
+
+@pytest.mark.parametrize("path", _pages_with("json"), ids=_page_id)
+def test_json_blocks_parse(path: Path) -> None:
+    for block in blocks(path):
+        if block.lang == "json":
+            json.loads(block.source)
+
+
+def _command_lines(block: Block) -> list[str]:
+    """The ``memstore ...`` invocations of a shell block, continuation lines folded in."""
+    commands: list[str] = []
+    for raw in block.source.splitlines():
+        line = raw.split(" #", 1)[0].rstrip()
+        if raw.startswith((" ", "\t")) and commands and line.strip():
+            commands[-1] += " " + line.strip()
+            continue
+        for part in line.split("&&"):
+            part = part.strip()
+            if part == "memstore" or part.startswith("memstore "):
+                commands.append(part)
+    return commands
+
+
+def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
+    """The (sub)command the words name, and the words after it."""
+    command: click.Command = cli
+    while words and isinstance(command, click.Group) and words[0] in command.commands:
+        command = command.commands[words.pop(0)]
+    return command, words
+
+
+def _option_names(command: click.Command) -> set[str]:
+    names = {"--help"}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("--"))
+    return names
+
+
+@pytest.mark.parametrize("path", _pages_with("bash"), ids=_page_id)
+def test_shell_blocks_name_real_commands_and_options(path: Path) -> None:
+    for block in blocks(path):
+        if block.lang != "bash":
+            continue
+        for line in _command_lines(block):
+            words = [
+                w for w in shlex.split(line.replace("|", " ").replace("[", " ").replace("]", " "))
+            ][1:]
+            first_is_word = bool(words) and not words[0].startswith("-")
+            command, rest = _resolve(list(words))
+            if first_is_word:
+                assert command is not cli, f"{block.where}: unknown command in {line!r}"
+            options = {w.split("=")[0] for w in rest if w.startswith("--")}
+            unknown = options - _option_names(command)
+            assert not unknown, f"{block.where}: {line!r}: no such option {sorted(unknown)}"
+
+
+def test_every_example_is_shown_in_the_docs_and_runs(scratch: Path) -> None:
+    included = {p for path in markdown_files() for b in blocks(path) for p in b.snippets()}
+    for example in sorted(EXAMPLES.glob("*.py")):
+        assert example in included, f"{example.name} is not included by any docs page"
+        runpy.run_path(str(example), run_name="__main__")

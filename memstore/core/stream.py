@@ -115,17 +115,19 @@ def _describe_chunk(chunk: object) -> str:
 
 def _get(obj: object, key: str) -> Any:
     """``obj[key]`` for mappings, ``obj.key`` for SDK objects; ``None`` when absent."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # the common case first: no ABC check
         return obj.get(key)
     return getattr(obj, key, None)
 
 
 def _is_record(obj: object) -> bool:
     """A JSON object or an SDK object: something with named fields, not a scalar or list."""
-    return isinstance(obj, Mapping) or not isinstance(obj, _NOT_RECORDS)
+    return type(obj) is dict or isinstance(obj, Mapping) or not isinstance(obj, _NOT_RECORDS)
 
 
 def _is_list(obj: object) -> bool:
+    if type(obj) is list:
+        return True
     return isinstance(obj, Sequence) and not isinstance(obj, (str, bytes, bytearray))
 
 

@@ -432,3 +432,19 @@ def test_truncate_stores_a_marked_result(make_store: StoreFactory, app_id: str, 
     else:
         assert "\x00" not in stored.text and "\ufffd" in stored.text
     assert window[3] == ToolResult(id="c2", tool_name="send_email", text="sent")
+
+
+@pytest.mark.parametrize("flag", ["true", 1])
+def test_langchain4j_is_error_that_is_not_a_bool_is_rejected(
+    store: MemoryStore, app_id: str, flag: object
+) -> None:
+    store.append(app_id, [UserMessage(text="go")])
+    executed = {"type": "tool_executed", "id": "t1", "name": "rm", "arguments": "{}"}
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        with pytest.raises(StreamProtocolError, match="is_error"):
+            turn.feed({**executed, "result": "permission denied", "is_error": flag})
+        assert inserts.original == 0
+        turn.feed({**executed, "result": "permission denied", "is_error": True})
+    stored = store.load_window(app_id)[2]
+    assert stored == ToolResult(id="t1", tool_name="rm", text="permission denied", is_error=True)
+    assert store.history(app_id)[0].text.endswith("-> error: permission denied")

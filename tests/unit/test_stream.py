@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import sys
 from types import SimpleNamespace
@@ -760,11 +761,15 @@ def traced_steps(action: Any) -> int:
         return tracer
 
     previous = sys.gettrace()
+    collecting = gc.isenabled()
+    gc.disable()  # a collection would run other objects' finalizers inside the count
     sys.settrace(tracer)
     try:
         action()
     finally:
         sys.settrace(previous)
+        if collecting:
+            gc.enable()
     return count
 
 

@@ -12,6 +12,11 @@ Rows of the table:
   fragment" apps; run with 1/10 of the deltas and scaled up, it is that slow).
 
 ``on_text`` overhead is the collector's cost per text delta, no I/O (median of the runs).
+
+``feed`` scaling: per-chunk cost of OpenAI chunks carrying text and two parallel tool-call
+deltas (three operations each), for 1,000 and 8,000 chunks in one model call, no I/O. A cost
+independent of the turn keeps the ratio near 1.0x (it was 7x when a multi-operation chunk
+copied the whole turn).
 """
 
 from __future__ import annotations
@@ -92,6 +97,29 @@ def on_text_overhead_us(runs: int) -> float:
     return statistics.median(samples)
 
 
+def multi_op_chunk(i: int) -> dict[str, object]:
+    calls = [
+        {"index": 0, "function": {"arguments": " "}},
+        {"index": 1, "function": {"arguments": " "}},
+    ]
+    return {"choices": [{"index": 0, "delta": {"content": f"t{i % 10} ", "tool_calls": calls}}]}
+
+
+def feed_us_per_chunk(chunks: int, runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        assembler = StreamAssembler()
+        for index, call_id in ((0, "c0"), (1, "c1")):
+            call = {"index": index, "id": call_id, "function": {"name": "f", "arguments": ""}}
+            assembler.feed({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+        body = [multi_op_chunk(i) for i in range(chunks)]
+        start = time.perf_counter()
+        for chunk in body:
+            assembler.feed(chunk)
+        samples.append((time.perf_counter() - start) / chunks * 1e6)
+    return statistics.median(samples)
+
+
 def bench(name: str, url: str, runs: int) -> list[str]:
     store = MemoryStore(Settings(database_url=url))
     store.migrate()
@@ -129,6 +157,11 @@ def main() -> None:
     print(f"turn: {DELTAS} text deltas, {ROUNDS} tool calls in {ROUNDS} rounds, final reply")
     print("\n".join(rows))
     print(f"\ncollector on_text overhead: {on_text_overhead_us(args.runs):.2f} µs per delta")
+    small, large = feed_us_per_chunk(1000, args.runs), feed_us_per_chunk(8000, args.runs)
+    print(
+        f"feed, 3-operation chunks: {small:.2f} µs per chunk at 1,000 chunks, {large:.2f} µs "
+        f"at 8,000 ({large / small:.1f}x; 1.0x = linear)"
+    )
 
 
 if __name__ == "__main__":

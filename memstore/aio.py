@@ -250,12 +250,16 @@ class AsyncTurnCollector(TurnInput):
     """
 
     def __init__(self, store: AsyncMemoryStore, app_id: str, user_id: str | None) -> None:
-        super().__init__(app_id, user_id)
+        super().__init__(app_id, user_id, store.settings.max_text_bytes)
         self._store = store
 
-    async def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
-        """Report a tool's result; the model call is written when it is the last one."""
-        if self._assembler.on_tool_executed(id, result, is_error):
+    async def on_tool_executed(
+        self, id: str, result: str, is_error: bool = False, *, truncate: bool = False
+    ) -> None:
+        """Report a tool's result; it is written (with the model call's AI message, when it is
+        the first result) before this returns. Rejected results and ``truncate`` as in
+        :meth:`memstore.collector.TurnCollector.on_tool_executed`."""
+        if self._assembler.on_tool_executed(id, result, is_error, truncate=truncate):
             await self._flush(None)
 
     async def feed(self, chunk: object) -> None:
@@ -281,9 +285,8 @@ class AsyncTurnCollector(TurnInput):
 
     async def _fail(self, error: BaseException) -> None:
         self._assembler.fail_turn()
-        draft = turn_display(
-            self._assembler.turn_messages, self._store.formatters, failure_reason(error)
-        )
+        reason = failure_reason(error)
+        draft = turn_display(self._assembler.turn_messages, self._store.formatters, reason)
         try:
             await self._flush(draft)
         except Exception:
@@ -292,6 +295,8 @@ class AsyncTurnCollector(TurnInput):
                 self.app_id,
                 exc_info=True,
             )
+            # the row shows only what is durable: no "-> ok" for a result that was not written
+            draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
             try:
                 await self._store._write(
                     self.app_id, self.user_id, [], [draft] if draft is not None else []

@@ -58,10 +58,10 @@ class TurnInput:
     """The stream-facing half of a collector, shared by the sync and async collectors: text
     and tool-call fragments go into the pure assembler; nothing here does I/O."""
 
-    def __init__(self, app_id: str, user_id: str | None) -> None:
+    def __init__(self, app_id: str, user_id: str | None, max_text_bytes: int | None = None) -> None:
         self.app_id = app_id
         self.user_id = user_id
-        self._assembler = StreamAssembler()
+        self._assembler = StreamAssembler(max_text_bytes)
         self.flushes = 0
         """Writes made so far (each one transaction)."""
 
@@ -100,13 +100,25 @@ class TurnCollector(TurnInput):
     """
 
     def __init__(self, store: MemoryStore, app_id: str, user_id: str | None) -> None:
-        super().__init__(app_id, user_id)
+        super().__init__(app_id, user_id, store.settings.max_text_bytes)
         self._store = store
 
-    def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
+    def on_tool_executed(
+        self, id: str, result: str, is_error: bool = False, *, truncate: bool = False
+    ) -> None:
         """Report a tool's result; it is written (with the model call's AI message, when it is
-        the first result) before this returns."""
-        if self._assembler.on_tool_executed(id, result, is_error):
+        the first result) before this returns.
+
+        A result the store cannot take (a NUL character or lone surrogate, as a binary file
+        read as text has, or more than ``MEMSTORE_MAX_TEXT_BYTES``) raises
+        :class:`~memstore.errors.InvalidMessageError` /
+        :class:`~memstore.errors.MessageTooLargeError` and changes nothing: report the call
+        again with a cleaned-up result, or pass ``truncate=True`` to store it with visible
+        ``[memstore: ...]`` markers (:func:`memstore.core.stream.fit_tool_result`). A
+        :class:`~memstore.errors.StorageError` means the result is kept and written by the
+        next flush (the next result or the turn's end); do not report it again.
+        """
+        if self._assembler.on_tool_executed(id, result, is_error, truncate=truncate):
             self._flush(None)
 
     def feed(self, chunk: object) -> None:
@@ -145,6 +157,8 @@ class TurnCollector(TurnInput):
                 self.app_id,
                 exc_info=True,
             )
+            # the row shows only what is durable: no "-> ok" for a result that was not written
+            draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
             try:
                 self._store._write(self.app_id, self.user_id, [], [draft] if draft else [])
             except Exception:

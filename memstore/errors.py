@@ -38,7 +38,16 @@ class InvalidMessageError(InvalidInputError):
 
 
 class MessageTooLargeError(InvalidMessageError):
-    """A text or arguments field exceeds ``Settings.max_text_bytes`` (UTF-8 bytes)."""
+    """A text or arguments field exceeds ``Settings.max_text_bytes`` (UTF-8 bytes).
+
+    ``size`` is the field's size in UTF-8 bytes and ``limit`` the limit it broke (``None``
+    when not known).
+    """
+
+    def __init__(self, detail: str, *, size: int | None = None, limit: int | None = None) -> None:
+        super().__init__(detail)
+        self.size = size
+        self.limit = limit
 
 
 class UnknownToolCallError(InvalidInputError):

@@ -92,8 +92,10 @@ class SyncCollector:
     def tool_calls(self) -> list[ToolRequest]:
         return self._collector.tool_calls()
 
-    def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> None:
-        self._run(self._collector.on_tool_executed(id, result, is_error))
+    def on_tool_executed(
+        self, id: str, result: str, is_error: bool = False, *, truncate: bool = False
+    ) -> None:
+        self._run(self._collector.on_tool_executed(id, result, is_error, truncate=truncate))
 
     def feed(self, chunk: object) -> None:
         self._run(self._collector.feed(chunk))

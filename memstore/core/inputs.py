@@ -55,7 +55,9 @@ def _check_text(value: str, field: str, limit: int) -> None:
     if "\x00" in value:
         raise InvalidMessageError(f"{field} contains a NUL character, which databases reject")
     if size > limit:
-        raise MessageTooLargeError(f"{field} is {size} bytes; the limit is {limit} bytes")
+        raise MessageTooLargeError(
+            f"{field} is {size} bytes; the limit is {limit} bytes", size=size, limit=limit
+        )
 
 
 def _check_call_id(value: str, field: str) -> None:

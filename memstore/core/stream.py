@@ -18,6 +18,15 @@ batches that a writer flushes at well-defined points:
   (:meth:`StreamAssembler.end_turn`).
 * **Atomic calls.** Every public call either succeeds or raises a
   :class:`~memstore.errors.StreamProtocolError` (or subclass) leaving the state unchanged.
+  A multi-operation chunk is applied with an undo log, so it too is all or nothing, at a cost
+  proportional to the chunk (never to the turn).
+* **Storable or rejected.** With ``max_text_bytes`` set (the collectors pass the store's
+  ``MEMSTORE_MAX_TEXT_BYTES``), what the store would refuse is refused here, before any state
+  changes: a NUL in a delta, a tool result with a NUL, a lone surrogate or over the limit
+  (:class:`~memstore.errors.InvalidMessageError` /
+  :class:`~memstore.errors.MessageTooLargeError`), an AI message over the limit. So a batch
+  handed out as :attr:`~StreamAssembler.ready` is always writable, and a rejected result can
+  be reported again, cleaned up (or with ``truncate=True``: :func:`fit_tool_result`).
 
 >>> a = StreamAssembler()
 >>> a.on_text("Let me look.")
@@ -37,14 +46,22 @@ True
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Mapping, Sequence
+import re
+import reprlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from memstore.core.display import DisplayDraft, ToolFormatter, tool_summary
-from memstore.errors import IncompleteToolCallError, StreamProtocolError
+from memstore.core.inputs import check_messages
+from memstore.errors import (
+    IncompleteToolCallError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    StreamProtocolError,
+)
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult
 
 LANGCHAIN4J_TYPES = frozenset({"ai_response", "tool_request", "tool_executed"})
@@ -63,18 +80,25 @@ ANTHROPIC_TYPES = frozenset(
 _ANTHROPIC_IGNORED_DELTAS = frozenset({"thinking_delta", "signature_delta", "citations_delta"})
 _CHUNK_REPR_CHARS = 200
 FAILED_MARK = "[failed]"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_NOT_RECORDS = (str, bytes, bytearray, int, float, list, tuple, set, frozenset, type(None))
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 4
+_REPR.maxstring = 60
+_REPR.maxother = 60
 
 
 def _join(parts: Sequence[str]) -> str:
     """Concatenate verbatim; UTF-16 surrogate halves split across deltas are re-paired."""
     text = "".join(parts)
-    if any("\ud800" <= char <= "\udfff" for char in text):
+    if _SURROGATE.search(text):
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
     return text
 
 
 def _has_lone_surrogate(text: str) -> bool:
-    return any("\ud800" <= char <= "\udfff" for char in text)
+    return _SURROGATE.search(text) is not None
 
 
 def _reject_constant(name: str) -> object:
@@ -82,15 +106,70 @@ def _reject_constant(name: str) -> object:
 
 
 def _describe_chunk(chunk: object) -> str:
-    text = repr(chunk)
+    try:
+        text = _REPR.repr(chunk)  # depth- and size-bounded, whatever the chunk
+    except Exception:
+        text = f"<{type(chunk).__name__}>"
     return text if len(text) <= _CHUNK_REPR_CHARS else text[: _CHUNK_REPR_CHARS - 1] + "…"
 
 
 def _get(obj: object, key: str) -> Any:
     """``obj[key]`` for mappings, ``obj.key`` for SDK objects; ``None`` when absent."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # the common case first: no ABC check
         return obj.get(key)
     return getattr(obj, key, None)
+
+
+def _is_record(obj: object) -> bool:
+    """A JSON object or an SDK object: something with named fields, not a scalar or list."""
+    return type(obj) is dict or isinstance(obj, Mapping) or not isinstance(obj, _NOT_RECORDS)
+
+
+def _is_list(obj: object) -> bool:
+    if type(obj) is list:
+        return True
+    return isinstance(obj, Sequence) and not isinstance(obj, (str, bytes, bytearray))
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def fit_tool_result(text: str, limit: int) -> str:
+    """``text`` made storable, with visible markers for every change (the ``truncate=True``
+    of ``on_tool_executed``).
+
+    NUL characters and lone surrogates (what a binary file read as text leaves) become U+FFFD
+    and a line ``[memstore: N NUL or invalid characters replaced with U+FFFD]`` is added; a
+    text still over ``limit`` UTF-8 bytes is cut at a character boundary and ends with
+    ``[memstore: result truncated from N bytes]``. A text that is already storable comes back
+    unchanged. Raises :class:`~memstore.errors.MessageTooLargeError` when ``limit`` cannot
+    even hold the markers.
+
+    >>> print(fit_tool_result("abc\\x00", 100))
+    abc�
+    [memstore: 1 NUL or invalid characters replaced with U+FFFD]
+    >>> print(fit_tool_result("x" * 100, 60))
+    xxxxxxxxxxxxxxxx
+    [memstore: result truncated from 100 bytes]
+    """
+    cleaned, replaced = _UNSTORABLE.subn("\ufffd", text)
+    markers: list[str] = []
+    if replaced:
+        markers.append(f"[memstore: {replaced} NUL or invalid characters replaced with U+FFFD]")
+    data = cleaned.encode("utf-8")
+    if len(data) + _utf8_size("".join("\n" + m for m in markers)) > limit:
+        markers.append(f"[memstore: result truncated from {len(data)} bytes]")
+        suffix = "".join("\n" + m for m in markers)
+        room = limit - _utf8_size(suffix)
+        if room < 0:
+            raise MessageTooLargeError(
+                f"a limit of {limit} bytes cannot hold the truncation marker",
+                size=len(data),
+                limit=limit,
+            )
+        cleaned = data[:room].decode("utf-8", "ignore")  # drops a character cut in half
+    return cleaned + "".join("\n" + m for m in markers)
 
 
 @dataclass(slots=True)
@@ -149,6 +228,10 @@ class _ModelCall:
     text_parts: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
     slots: dict[int, _Call] = field(default_factory=dict)
+    """The call each index currently continues."""
+    by_id: dict[str, _Call] = field(default_factory=dict)
+    next_index: int = 0
+    """One past the highest index used (LangChain4j chunks without an index get it)."""
     requests: list[ToolRequest] | None = None
     """Set when the first result arrives: the requests are sealed."""
     results: list[ToolResult] = field(default_factory=list)
@@ -157,15 +240,16 @@ class _ModelCall:
     def text(self) -> str:
         return _join(self.text_parts)
 
+    def awaiting(self) -> bool:
+        """Sealed, and some request has no result yet."""
+        return self.requests is not None and len(self.results) < len(self.requests)
+
     def pending(self) -> list[str]:
         answered = {result.id for result in self.results}
         return [r.id for r in self.requests or [] if r.id not in answered]
 
     def call_with_id(self, call_id: str) -> _Call | None:
-        for call in self.calls:
-            if call.id == call_id:
-                return call
-        return None
+        return self.by_id.get(call_id)
 
 
 @dataclass(slots=True)
@@ -187,10 +271,17 @@ def _ai(text: str, requests: Sequence[ToolRequest]) -> AiMessage | None:
 
 
 class StreamAssembler:
-    """Accumulates one turn's stream and hands out the batches to flush. Not thread-safe."""
+    """Accumulates one turn's stream and hands out the batches to flush. Not thread-safe.
 
-    def __init__(self) -> None:
+    ``max_text_bytes`` is the store's limit for one text field (``None``: no size limit; NUL
+    characters and lone surrogates are refused either way).
+    """
+
+    def __init__(self, max_text_bytes: int | None = None) -> None:
         self._s = _State()
+        self._limit = sys.maxsize if max_text_bytes is None else max_text_bytes
+        self._undo: list[Callable[[], None]] | None = None
+        """While a multi-operation chunk is applied: how to take back each change."""
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -203,6 +294,12 @@ class StreamAssembler:
     def turn_messages(self) -> list[Message]:
         """Every message of the turn made so far (flushed or ready), in order (a copy)."""
         return list(self._s.turn)
+
+    @property
+    def flushed_messages(self) -> list[Message]:
+        """The messages of the turn the writer reported durable (``turn_messages`` minus
+        ``ready``), in order (a copy)."""
+        return self._s.turn[: len(self._s.turn) - len(self._s.ready)]
 
     @property
     def closed(self) -> bool:
@@ -222,6 +319,67 @@ class StreamAssembler:
             for call in m.tool_requests
             if call.id not in answered
         ]
+
+    # -- the undo log of a multi-operation chunk -----------------------------------------------
+
+    def _log(self, undo: Callable[[], None]) -> None:
+        if self._undo is not None:
+            self._undo.append(undo)
+
+    def _set_slot(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
+        missing = key not in mapping
+        previous = mapping.get(key)
+        mapping[key] = value
+        if missing:
+            self._log(lambda: mapping.pop(key))
+        else:
+            self._log(lambda: mapping.__setitem__(key, previous))
+
+    def _append(self, items: list[Any], value: Any) -> None:
+        items.append(value)
+        self._log(items.pop)
+
+    def _extend(self, items: list[Any], values: Sequence[Any]) -> None:
+        items.extend(values)
+        count = len(values)
+        self._log(lambda: items.__delitem__(slice(len(items) - count, None)))
+
+    def _set_attr(self, obj: object, name: str, value: Any) -> None:
+        previous = getattr(obj, name)
+        setattr(obj, name, value)
+        self._log(lambda: setattr(obj, name, previous))
+
+    # -- limits --------------------------------------------------------------------------------
+
+    def _check_storable(self, messages: Sequence[Message]) -> None:
+        """What the store's write would refuse, refused now (same checks, same errors)."""
+        check_messages(messages, self._limit)
+
+    def _check_result(self, id: str, result: str) -> None:
+        if "\x00" in result:
+            raise InvalidMessageError(
+                f"the result of tool call {id!r} contains a NUL character, which databases "
+                "reject; report it again cleaned up, or with truncate=True"
+            )
+        if _has_lone_surrogate(result):
+            raise InvalidMessageError(
+                f"the result of tool call {id!r} is not valid unicode (a lone surrogate); "
+                "report it again cleaned up, or with truncate=True"
+            )
+        size = len(result.encode("utf-8"))
+        if size > self._limit:
+            raise MessageTooLargeError(
+                f"the result of tool call {id!r} is {size} bytes; the limit is {self._limit} "
+                "bytes (MEMSTORE_MAX_TEXT_BYTES); report it again shortened, or with "
+                "truncate=True",
+                size=size,
+                limit=self._limit,
+            )
+
+    @staticmethod
+    def _check_fragment(what: str, value: str | None) -> None:
+        if value is not None and "\x00" in value:
+            raise InvalidMessageError(f"{what} contains a NUL character, which databases reject")
 
     # -- the method protocol -------------------------------------------------------------------
 
@@ -244,8 +402,9 @@ class StreamAssembler:
         if not isinstance(delta, str):
             raise StreamProtocolError(f"a text delta must be a str, got {type(delta).__name__}")
         current = self._streaming("text")
+        self._check_fragment("a text delta", delta)
         if delta:
-            current.text_parts.append(delta)
+            self._append(current.text_parts, delta)
 
     def on_tool_call_delta(
         self,
@@ -265,38 +424,55 @@ class StreamAssembler:
                     f"tool call {label} at index {index} must be a str, got {type(value).__name__}"
                 )
         current = self._streaming(f"a fragment of tool call {id or index!r}")
+        for label, value in (("id", id), ("name", name), ("arguments", arguments)):
+            self._check_fragment(f"the {label} of the tool call at index {index}", value)
         call = current.slots.get(index)
         starts_new = call is None or (id is not None and call.id is not None and call.id != id)
         if id is not None and (starts_new or (call is not None and call.id is None)):
-            other = current.call_with_id(id)
+            other = current.by_id.get(id)
             if other is not None:
                 raise StreamProtocolError(
                     f"tool call id {id!r} at index {index} is already used by the call at "
                     f"index {other.index} of this model call"
                 )
+        # -- no failure past this line --
         if starts_new or call is None:
             call = _Call(index=index, id=id)
-            current.calls.append(call)
-            current.slots[index] = call
-        elif id is not None:
-            call.id = id
+            self._append(current.calls, call)
+            self._set_slot(current.slots, index, call)
+            if index >= current.next_index:
+                self._set_attr(current, "next_index", index + 1)
+            if id is not None:
+                self._set_slot(current.by_id, id, call)
+        elif id is not None and call.id is None:
+            self._set_attr(call, "id", id)
+            self._set_slot(current.by_id, id, call)
         if name:
-            call.name_parts.append(name)
+            self._append(call.name_parts, name)
         if arguments:
-            call.argument_parts.append(arguments)
+            self._append(call.argument_parts, arguments)
 
     def tool_calls(self) -> list[ToolRequest]:
         """The assembled requests of the current model call, arguments parsed strictly.
 
         Raises :class:`~memstore.errors.IncompleteToolCallError` for the first call whose id or
-        name is missing or whose arguments are not a complete JSON object.
+        name is missing or whose arguments are not a complete JSON object, and
+        :class:`~memstore.errors.InvalidMessageError` /
+        :class:`~memstore.errors.MessageTooLargeError` when the model call's AI message could
+        not be stored (so the app learns it before it runs any tool).
         """
         current = self._open()
         if current.requests is not None:
             return list(current.requests)
-        return [call.request() for call in current.calls]
+        requests = [call.request() for call in current.calls]
+        message = _ai(current.text(), requests)
+        if message is not None:
+            self._check_storable([message])
+        return requests
 
-    def on_tool_executed(self, id: str, result: str, is_error: bool = False) -> bool:
+    def on_tool_executed(
+        self, id: str, result: str, is_error: bool = False, *, truncate: bool = False
+    ) -> bool:
         """Record a tool's result. Always a flush point: the result becomes :attr:`ready`
         (with the model call's AI message, when it is the call's first result), so a tool that
         ran is durable as soon as the writer flushes, whatever happens next.
@@ -304,6 +480,12 @@ class StreamAssembler:
         The first result of a model call seals its requests, so every call of it must be
         complete (else :class:`~memstore.errors.IncompleteToolCallError`). Once every request
         has its result, the next text or fragment starts a new model call.
+
+        A result the store would refuse (a NUL character, a lone surrogate, more than
+        ``max_text_bytes`` UTF-8 bytes) raises :class:`~memstore.errors.InvalidMessageError`
+        or :class:`~memstore.errors.MessageTooLargeError` and changes nothing: the call can be
+        reported again. With ``truncate=True`` such a result is stored as
+        :func:`fit_tool_result` makes it (marked; never a silent change).
         """
         if not isinstance(id, str) or not id:
             raise StreamProtocolError(f"a tool call id must be a non-empty str, got {id!r}")
@@ -313,10 +495,12 @@ class StreamAssembler:
             )
         if not isinstance(is_error, bool):
             raise StreamProtocolError(f"is_error must be a bool, got {is_error!r}")
+        if not isinstance(truncate, bool):
+            raise StreamProtocolError(f"truncate must be a bool, got {truncate!r}")
         current = self._open()
         if id in self._s.answered:
             raise StreamProtocolError(f"the result of tool call {id!r} was already reported")
-        call = current.call_with_id(id)
+        call = current.by_id.get(id)
         if call is None:
             raise StreamProtocolError(
                 f"tool call {id!r} was never requested in the current model call"
@@ -326,22 +510,29 @@ class StreamAssembler:
         if requests is None:
             own = call.request()  # the executed call first: its error names it
             requests = [own if c is call else c.request() for c in current.calls]
-        name = next(r.name for r in requests if r.id == id)
-        tool_result = ToolResult(id=id, tool_name=name, text=result, is_error=is_error)
-        # -- no failure past this line: commit the change --
-        current.requests = requests
-        current.results.append(tool_result)
-        self._s.answered.add(id)
+        if truncate:
+            result = fit_tool_result(result, self._limit)
+        self._check_result(id, result)
+        tool_result = ToolResult(
+            id=id, tool_name=_join(call.name_parts), text=result, is_error=is_error
+        )
         batch: list[Message] = []
         if sealing:
             message = _ai(current.text(), requests)
             if message is not None:
                 batch.append(message)
         batch.append(tool_result)
-        self._s.ready.extend(batch)
-        self._s.turn.extend(batch)
-        if not current.pending():
-            self._s.current = _ModelCall()
+        self._check_storable(batch)
+        # -- no failure past this line: commit the change --
+        if sealing:
+            self._set_attr(current, "requests", requests)
+        self._append(current.results, tool_result)
+        self._s.answered.add(id)
+        self._log(lambda: self._s.answered.discard(id))
+        self._extend(self._s.ready, batch)
+        self._extend(self._s.turn, batch)
+        if not current.awaiting():
+            self._set_attr(self._s, "current", _ModelCall())
         return True
 
     # -- flushing and the end of the turn ------------------------------------------------------
@@ -358,12 +549,17 @@ class StreamAssembler:
         Requests the service never executed are kept (their arguments must be complete): the
         loader answers them with an interrupted-call result. Raises
         :class:`~memstore.errors.IncompleteToolCallError` (state unchanged) when a call of the
-        last model call is incomplete.
+        last model call is incomplete, and :class:`~memstore.errors.InvalidMessageError` /
+        :class:`~memstore.errors.MessageTooLargeError` (state unchanged) when the last AI
+        message could not be stored.
         """
         current = self._open()
         requests = current.requests
         if requests is None:
             requests = [call.request() for call in current.calls]
+            message = _ai(current.text(), requests)
+            if message is not None:
+                self._check_storable([message])
         self._close_current(requests, current)
         return self.ready
 
@@ -372,11 +568,20 @@ class StreamAssembler:
 
         Completed model calls stay as they are. Of the current model call, its text is kept;
         its requests only if they were sealed (a tool may have run), with the results reported
-        so far; unsealed fragments are dropped. Nothing is invented.
+        so far; unsealed fragments are dropped. Nothing is invented. Text the store would
+        refuse (over the limit) is dropped too, so it cannot take the tools that ran with it;
+        the failure that ends the turn says why.
         """
         if self._s.closed:
             return self.ready
         current = self._s.current
+        if current.requests is None:
+            message = _ai(current.text(), [])
+            try:
+                if message is not None:
+                    self._check_storable([message])
+            except InvalidMessageError:
+                current = _ModelCall()
         self._close_current(current.requests or [], current)
         return self.ready
 
@@ -396,22 +601,27 @@ class StreamAssembler:
     def feed(self, chunk: object) -> bool:
         """Take one stream chunk: LangChain4j-style JSON (str or dict), an OpenAI Chat
         Completions chunk (dict or SDK object) or an Anthropic Messages event (dict or SDK
-        object). Returns ``True`` at a flush point. An unknown or malformed chunk raises
+        object). Returns ``True`` at a flush point. An unknown or malformed chunk (a missing
+        field, a field of the wrong type anywhere) raises
         :class:`~memstore.errors.StreamProtocolError` naming it; the state is unchanged.
         """
         self._open()
         if isinstance(chunk, (str, bytes, bytearray)):
             try:
                 chunk = json.loads(chunk)
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 raise StreamProtocolError(
-                    f"chunk is not valid JSON ({error}): {_describe_chunk(chunk)}"
-                ) from error
+                    f"chunk is not valid JSON ({type(error).__name__}): {_describe_chunk(chunk)}"
+                ) from None
             if not isinstance(chunk, dict):
                 raise StreamProtocolError(f"chunk is not a JSON object: {_describe_chunk(chunk)}")
         if chunk is None:
             raise StreamProtocolError("chunk is None")
+        if not _is_record(chunk):
+            raise StreamProtocolError(f"chunk is not an object: {_describe_chunk(chunk)}")
         kind = _get(chunk, "type")
+        if kind is not None and not isinstance(kind, str):
+            raise self._malformed(chunk, f"type must be a string, got {type(kind).__name__}")
         if kind is None and _get(chunk, "choices") is not None:
             ops = self._openai_ops(chunk)
         elif kind in LANGCHAIN4J_TYPES:
@@ -422,12 +632,16 @@ class StreamAssembler:
             raise StreamProtocolError(f"unknown chunk (type {kind!r}): {_describe_chunk(chunk)}")
         if len(ops) <= 1:
             return any([self._apply(op) for op in ops])
-        saved = copy.deepcopy(self._s)
+        # all or nothing, at the chunk's cost: each change logs its undo step
+        self._undo = []
         try:
             return any([self._apply(op) for op in ops])
         except BaseException:
-            self._s = saved
+            for undo in reversed(self._undo):
+                undo()
             raise
+        finally:
+            self._undo = None
 
     def _apply(self, op: tuple[Any, ...]) -> bool:
         name = op[0]
@@ -440,11 +654,10 @@ class StreamAssembler:
         if name == "executed":
             return self.on_tool_executed(op[1], op[2], is_error=op[3])
         if name == "block":  # anthropic content_block_start: (block index, type)
-            self._s.current.anthropic_blocks[op[1]] = op[2]
+            self._set_slot(self._s.current.anthropic_blocks, op[1], op[2])
             return False
         if name == "block_default":  # anthropic: (index, default arguments)
-            call = self._s.current.slots[op[1]]
-            call.default_arguments = op[2]
+            self._set_attr(self._s.current.slots[op[1]], "default_arguments", op[2])
             return False
         raise AssertionError(name)  # pragma: no cover
 
@@ -460,30 +673,51 @@ class StreamAssembler:
             raise self._malformed(chunk, f"{key} must be a string, got {type(value).__name__}")
         return value
 
+    def _index_field(self, chunk: object, obj: object, key: str) -> int | None:
+        """An optional ``int >= 0`` field (``None`` when absent)."""
+        value = _get(obj, key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._malformed(chunk, f"{key} must be an int >= 0, got {value!r}")
+        return value
+
+    def _record_field(self, chunk: object, obj: object, key: str, *, required: bool) -> Any:
+        value = _get(obj, key)
+        if value is None and not required:
+            return None
+        if not _is_record(value):
+            raise self._malformed(chunk, f"{key} must be an object, got {type(value).__name__}")
+        return value
+
+    def _list_field(self, chunk: object, obj: object, key: str) -> Sequence[Any]:
+        value = _get(obj, key)
+        if value is None:
+            return []
+        if not _is_list(value):
+            raise self._malformed(chunk, f"{key} must be a list, got {type(value).__name__}")
+        return value  # type: ignore[no-any-return]
+
     def _openai_ops(self, chunk: object) -> list[tuple[Any, ...]]:
-        choices = _get(chunk, "choices")
-        if not isinstance(choices, Sequence) or isinstance(choices, str):
-            raise self._malformed(chunk, "choices is not a list")
         ops: list[tuple[Any, ...]] = []
-        for choice in choices:
-            if (_get(choice, "index") or 0) != 0:
+        for choice in self._list_field(chunk, chunk, "choices"):
+            if not _is_record(choice):
+                raise self._malformed(chunk, "a choice is not an object")
+            if (self._index_field(chunk, choice, "index") or 0) != 0:
                 continue  # n > 1: only the first choice is the reply
-            delta = _get(choice, "delta")
+            delta = self._record_field(chunk, choice, "delta", required=False)
             if delta is None:
                 continue
             content = self._str_field(chunk, delta, "content", required=False)
             if content:
                 ops.append(("text", content))
-            tool_calls = _get(delta, "tool_calls")
-            if tool_calls is None:
-                continue
-            if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, str):
-                raise self._malformed(chunk, "delta.tool_calls is not a list")
-            for call in tool_calls:
-                index = _get(call, "index")
-                if isinstance(index, bool) or not isinstance(index, int):
+            for call in self._list_field(chunk, delta, "tool_calls"):
+                if not _is_record(call):
+                    raise self._malformed(chunk, "a tool call delta is not an object")
+                index = self._index_field(chunk, call, "index")
+                if index is None:
                     raise self._malformed(chunk, "a tool call delta has no int index")
-                function = _get(call, "function")
+                function = self._record_field(chunk, call, "function", required=False)
                 ops.append(
                     (
                         "delta",
@@ -506,8 +740,9 @@ class StreamAssembler:
         call_id = self._str_field(chunk, chunk, "id", required=True)
         name = self._str_field(chunk, chunk, "name", required=False)
         arguments = self._str_field(chunk, chunk, "arguments", required=False)
+        index = self._index_field(chunk, chunk, "index")
         current = self._s.current
-        existing = current.call_with_id(call_id) if call_id else None
+        existing = current.by_id.get(call_id) if call_id else None
         if kind == "tool_request":
             if existing is not None:
                 known = _join(existing.name_parts)
@@ -516,14 +751,16 @@ class StreamAssembler:
                 return [
                     ("delta", existing.index, call_id, None if known else name, arguments or None)
                 ]
-            index = _get(chunk, "index")
-            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-                index = max(current.slots, default=-1) + 1
+            if index is None:
+                index = current.next_index
             return [("delta", index, call_id, name, arguments)]
         # tool_executed
         result = self._str_field(chunk, chunk, "result", required=True)
         is_error = _get(chunk, "is_error")
-        is_error = bool(is_error) if isinstance(is_error, bool) else False
+        if is_error is None:
+            is_error = False
+        elif not isinstance(is_error, bool):
+            raise self._malformed(chunk, f"is_error must be a bool, got {is_error!r}")
         ops: list[tuple[Any, ...]] = []
         if (
             existing is None
@@ -533,7 +770,7 @@ class StreamAssembler:
             and current.requests is None
         ):
             # the app did not stream the request: the executed chunk carries it whole
-            ops.append(("delta", max(current.slots, default=-1) + 1, call_id, name, arguments))
+            ops.append(("delta", current.next_index, call_id, name, arguments))
         ops.append(("executed", call_id, result, is_error))
         return ops
 
@@ -542,16 +779,15 @@ class StreamAssembler:
             return []
         if kind == "error":
             error = _get(chunk, "error")
-            raise StreamProtocolError(
-                f"the provider reported an error: {_describe_chunk(_get(error, 'message'))}"
-            )
-        index = _get(chunk, "index")
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            message = _get(error, "message") if _is_record(error) else None
+            raise StreamProtocolError(f"the provider reported an error: {_describe_chunk(message)}")
+        index = self._index_field(chunk, chunk, "index")
+        if index is None:
             raise self._malformed(chunk, "index must be an int >= 0")
         blocks = self._s.current.anthropic_blocks
         if kind == "content_block_start":
-            block = _get(chunk, "content_block")
-            block_type = _get(block, "type")
+            block = self._record_field(chunk, chunk, "content_block", required=True)
+            block_type = self._str_field(chunk, block, "type", required=True)
             if block_type == "text":
                 text = self._str_field(chunk, block, "text", required=False)
                 return [("block", index, "text")] + ([("text", text)] if text else [])
@@ -563,8 +799,8 @@ class StreamAssembler:
                 return [("block", index, str(block_type))]
             raise self._malformed(chunk, f"unknown content block type {block_type!r}")
         if kind == "content_block_delta":
-            delta = _get(chunk, "delta")
-            delta_type = _get(delta, "type")
+            delta = self._record_field(chunk, chunk, "delta", required=True)
+            delta_type = self._str_field(chunk, delta, "type", required=True)
             if delta_type == "text_delta":
                 return [("text", self._str_field(chunk, delta, "text", required=True))]
             if delta_type == "input_json_delta":

@@ -13,7 +13,9 @@ import sqlalchemy as sa
 from memstore import (
     AiMessage,
     IncompleteToolCallError,
+    InvalidMessageError,
     MemoryStore,
+    MessageTooLargeError,
     StreamProtocolError,
     ToolResult,
     UserMessage,
@@ -22,6 +24,7 @@ from memstore.core.validate import validate
 from memstore.core.window import is_synthetic
 from memstore.messages import Message
 from memstore.sql.schema import display, original
+from tests.conftest import StoreFactory
 from tests.unit.test_stream import ANTHROPIC_STREAM, OPENAI_STREAM, as_objects
 
 ARGS_A = '{"path": "a.txt",  "content": "héllo 🌍"}'
@@ -297,3 +300,151 @@ def test_feed_protocols_through_the_store(
     assert window == [UserMessage(text="go"), *seen]
     assert window[-1] == AiMessage(text="All done.")
     assert_valid(window)
+
+
+# -- a rejected tool result (issue 9, item 1) ---------------------------------------------------
+
+LIMIT = 2000
+BAD_RESULTS = {
+    "nul": ("PK\x03\x04\x00\x00binary", InvalidMessageError),
+    "oversized": ("x" * (LIMIT + 1), MessageTooLargeError),
+    "lone-surrogate": ("bad \udc80 byte", InvalidMessageError),
+}
+
+
+def parallel_calls(turn: Any) -> None:
+    turn.on_text("Reading and sending at once.")
+    stream_args(turn, 0, "c1", "read_file", '{"path": "report.bin"}')
+    stream_args(turn, 1, "c2", "send_email", '{"to": "ops@example.com"}')
+    assert [r.id for r in turn.tool_calls()] == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_RESULTS))
+def test_rejected_result_changes_nothing_and_a_cleaned_retry_is_stored(
+    make_store: StoreFactory, app_id: str, bad: str
+) -> None:
+    store = make_store(max_text_bytes=LIMIT)
+    result, error = BAD_RESULTS[bad]
+    store.append(app_id, [UserMessage(text="read the report, mail ops")])
+    store.memory(app_id).messages()
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        parallel_calls(turn)
+        with pytest.raises(error) as info:
+            turn.on_tool_executed("c1", result)
+        assert result not in str(info.value)  # the error names the call, not the content
+        assert "c1" in str(info.value)
+        assert inserts.original == 0 and original_count(store, app_id) == 1
+        turn.on_tool_executed("c2", "sent")  # the sibling that ran: durable at once
+        assert inserts.original == 1 and original_count(store, app_id) == 3
+        turn.on_tool_executed("c1", "cleaned report")  # the retry is accepted
+        assert inserts.original == 2
+        turn.on_text("Done.")
+    window = store.load_window(app_id)
+    assert [m.type for m in window] == ["user", "ai", "tool_result", "tool_result", "ai"]
+    assert window[2] == ToolResult(id="c2", tool_name="send_email", text="sent")
+    assert window[3] == ToolResult(id="c1", tool_name="read_file", text="cleaned report")
+    assert window[4] == AiMessage(text="Done.")
+    assert not any(is_synthetic(m) for m in window)
+    assert_valid(window)
+    assert store.memory(app_id).messages() == window
+    row = store.history(app_id)[0]
+    assert row.status == "ok"
+    assert [line.endswith("-> ok") for line in row.text.splitlines()] == [
+        False,
+        True,
+        True,
+        False,
+    ]
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_RESULTS))
+def test_unretried_rejected_result_keeps_the_sibling_and_the_display_row_truthful(
+    make_store: StoreFactory, app_id: str, bad: str
+) -> None:
+    store = make_store(max_text_bytes=LIMIT)
+    result, error = BAD_RESULTS[bad]
+    store.append(app_id, [UserMessage(text="read the report, mail ops")])
+    store.memory(app_id).messages()
+    with pytest.raises(error), store.collector(app_id) as turn:
+        parallel_calls(turn)
+        turn.on_tool_executed("c2", "sent")
+        turn.on_tool_executed("c1", result)  # the app lets the error fail the turn
+    window = store.load_window(app_id)
+    assert [m.type for m in window] == ["user", "ai", "tool_result", "tool_result"]
+    assert isinstance(window[1], AiMessage) and window[1].text == "Reading and sending at once."
+    assert [c.id for c in window[1].tool_requests] == ["c1", "c2"]
+    assert window[2] == ToolResult(id="c2", tool_name="send_email", text="sent")
+    assert is_synthetic(window[3]) and window[3].id == "c1"  # type: ignore[union-attr]
+    assert_valid(window)
+    assert store.memory(app_id).messages() == window
+    row = store.history(app_id)[0]
+    assert row.status == "failed"
+    lines = row.text.splitlines()
+    read_line = next(line for line in lines if "read_file" in line)
+    send_line = next(line for line in lines if "send_email" in line)
+    assert not read_line.endswith("-> ok")  # never stored: not shown as a success
+    assert send_line.endswith("-> ok")
+    assert lines[-1].startswith(f"[failed] {error.__name__}: ")
+    assert result not in row.text
+
+
+def test_rejected_result_left_unreported_at_a_normal_turn_end(
+    make_store: StoreFactory, app_id: str
+) -> None:
+    """The app catches the rejection and ends the turn: the AI request and the sibling's
+    result are stored, the loader answers the unreported call, the row claims no success."""
+    store = make_store(max_text_bytes=LIMIT)
+    store.append(app_id, [UserMessage(text="go")])
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        parallel_calls(turn)
+        with pytest.raises(InvalidMessageError):
+            turn.on_tool_executed("c1", "\x00")
+        turn.on_tool_executed("c2", "sent")
+    assert (inserts.original, inserts.display) == (1, 1)  # no flush re-sent a bad batch
+    window = store.load_window(app_id)
+    assert [m.type for m in window] == ["user", "ai", "tool_result", "tool_result"]
+    assert window[2] == ToolResult(id="c2", tool_name="send_email", text="sent")
+    assert is_synthetic(window[3]) and window[3].id == "c1"  # type: ignore[union-attr]
+    assert_valid(window)
+    row = store.history(app_id)[0]
+    assert row.status == "ok"
+    lines = row.text.splitlines()
+    assert not next(x for x in lines if "read_file" in x).endswith("-> ok")
+    assert next(x for x in lines if "send_email" in x).endswith("-> ok")
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_RESULTS))
+def test_truncate_stores_a_marked_result(make_store: StoreFactory, app_id: str, bad: str) -> None:
+    store = make_store(max_text_bytes=LIMIT)
+    result, _ = BAD_RESULTS[bad]
+    store.append(app_id, [UserMessage(text="go")])
+    with store.collector(app_id) as turn:
+        parallel_calls(turn)
+        turn.on_tool_executed("c1", result, truncate=True)
+        turn.on_tool_executed("c2", "sent", truncate=True)  # a fitting result is unchanged
+    window = store.load_window(app_id)
+    stored = window[2]
+    assert isinstance(stored, ToolResult) and stored.id == "c1" and not is_synthetic(stored)
+    assert len(stored.text.encode("utf-8")) <= LIMIT
+    assert "[memstore: " in stored.text
+    if bad == "oversized":
+        assert stored.text.endswith(f"[memstore: result truncated from {LIMIT + 1} bytes]")
+    else:
+        assert "\x00" not in stored.text and "\ufffd" in stored.text
+    assert window[3] == ToolResult(id="c2", tool_name="send_email", text="sent")
+
+
+@pytest.mark.parametrize("flag", ["true", 1])
+def test_langchain4j_is_error_that_is_not_a_bool_is_rejected(
+    store: MemoryStore, app_id: str, flag: object
+) -> None:
+    store.append(app_id, [UserMessage(text="go")])
+    executed = {"type": "tool_executed", "id": "t1", "name": "rm", "arguments": "{}"}
+    with count_inserts(store) as inserts, store.collector(app_id) as turn:
+        with pytest.raises(StreamProtocolError, match="is_error"):
+            turn.feed({**executed, "result": "permission denied", "is_error": flag})
+        assert inserts.original == 0
+        turn.feed({**executed, "result": "permission denied", "is_error": True})
+    stored = store.load_window(app_id)[2]
+    assert stored == ToolResult(id="t1", tool_name="rm", text="permission denied", is_error=True)
+    assert store.history(app_id)[0].text.endswith("-> error: permission denied")

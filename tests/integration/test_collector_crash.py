@@ -6,9 +6,12 @@ deltas, model calls with one tool call whose name and arguments arrive in fragme
 calls with 2-3 parallel calls whose fragments interleave; ``tool_calls()``, then
 ``on_tool_executed`` per call in a random order, then the final text. The child prints one line
 per step, ``CALL <id>`` before and ``EXECUTED <id>`` after each ``on_tool_executed`` (flushed, so
-the parent knows the call returned), and ``END`` after the ``with`` block. The parent reads a
-random number of lines, waits a random fraction of a millisecond and sends SIGKILL; the child
-also sleeps a random fraction of a millisecond between steps. Everything random comes from a
+the parent knows the call returned), and ``END`` after the ``with`` block. About a third of the
+calls are first reported with a binary result (NUL characters) that the store refuses: the
+child checks that it raises ``InvalidMessageError``, then reports the real result, which must
+be accepted; the checks below prove nothing of the refused report was ever stored. The parent
+reads a random number of lines, waits a random fraction of a millisecond and sends SIGKILL; the
+child also sleeps a random fraction of a millisecond between steps. Everything random comes from a
 seed per run (``MEMSTORE_CRASH_SEED`` changes the base), so a failing run can be replayed; the
 exact kill instant still depends on timing.
 
@@ -92,7 +95,7 @@ KILL_MAX_DELAY_SECONDS = 0.003
 # Runs in the child. argv[1]: the JSON job; the database URL is in the environment.
 CHILD = r"""
 import json, os, random, sys, time
-from memstore import MemoryStore, Settings, UserMessage
+from memstore import InvalidMessageError, MemoryStore, Settings, UserMessage
 
 job = json.loads(sys.argv[1])
 rng = random.Random(job["seed"])
@@ -115,6 +118,13 @@ with store.collector(app) as turn:
             if got != step[1]:
                 raise SystemExit(f"tool_calls() returned {got!r}, expected {step[1]!r}")
         elif kind == "exec":
+            if step[4] is not None:  # first a result the store refuses: it must change nothing
+                try:
+                    turn.on_tool_executed(step[1], step[4])
+                except InvalidMessageError:
+                    pass
+                else:
+                    raise SystemExit("a result with a NUL character was accepted")
             print("CALL " + step[1], flush=True)
             turn.on_tool_executed(step[1], step[2], is_error=step[3])
             print("EXECUTED " + step[1], flush=True)
@@ -147,6 +157,8 @@ ROUNDS: list[tuple[str, list[tuple[str, str, str, bool]]]] = [
     ),
     ("One last run.", [("run_tests", '{"suite": "unit", "verbose": true}', "42 passed", False)]),
 ]
+BINARY_RESULT = "PK\x03\x04\x00\x00 a binary file read as text"
+REJECTED_SHARE = 0.3
 FINAL_TEXT = "Done: a.txt and b.txt read, c.txt written, tests green ✅."
 USER_TEXT = "Read a.txt and b.txt, write c.txt, then run the tests."
 
@@ -268,7 +280,10 @@ def make_plan(db: str, run: int, worker_id: int) -> Plan:
         for call_id in executed:
             name, _, result, is_error = specs[call_id]
             results.append(ToolResult(id=call_id, tool_name=name, text=result, is_error=is_error))
-            plan.steps.append(["exec", call_id, result, is_error])
+            # some calls are first reported with a binary (NUL) result the store refuses; the
+            # clean report after it must be accepted and nothing of the first may be stored
+            rejected = BINARY_RESULT if rng.random() < REJECTED_SHARE else None
+            plan.steps.append(["exec", call_id, result, is_error, rejected])
         plan.rounds.append(Round(text, requests, results))
     plan.steps.extend(["text", piece] for piece in pieces(rng, FINAL_TEXT, 12))
     # Kill after 1 .. (all lines but END) lines: from right after the user message was written

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,6 +15,8 @@ from memstore import (
     AiMessage,
     IncompleteToolCallError,
     InvalidInputError,
+    InvalidMessageError,
+    MessageTooLargeError,
     StreamProtocolError,
     ToolRequest,
     ToolResult,
@@ -507,3 +511,373 @@ def test_a_multi_delta_chunk_is_atomic() -> None:
     with pytest.raises(StreamProtocolError):
         a.feed(bad)
     assert state(a) == before
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import memstore.core.stream
+
+    outcome = doctest.testmod(memstore.core.stream)
+    assert outcome.attempted > 0 and outcome.failed == 0
+
+
+# -- results and messages the store would refuse (issue 9, item 1) ----------------------------
+
+
+def two_calls(limit: int | None = 100) -> StreamAssembler:
+    a = StreamAssembler(max_text_bytes=limit)
+    a.on_text("Both.")
+    a.on_tool_call_delta(0, id="c1", name="read_file", arguments="{}")
+    a.on_tool_call_delta(1, id="c2", name="send_email", arguments="{}")
+    return a
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        ("bin\x00ary", InvalidMessageError),
+        ("lone \udcff", InvalidMessageError),
+        ("é" * 51, MessageTooLargeError),  # 102 UTF-8 bytes
+    ],
+)
+@pytest.mark.parametrize("first", [True, False], ids=["first-result", "later-result"])
+def test_a_rejected_result_changes_nothing_and_can_be_reported_again(
+    result: str, error: type[Exception], first: bool
+) -> None:
+    a = two_calls()
+    if not first:
+        assert a.on_tool_executed("c2", "sent")
+    before = state(a)
+    with pytest.raises(error) as info:
+        a.on_tool_executed("c1", result)
+    assert state(a) == before
+    assert result not in str(info.value) and "c1" in str(info.value)
+    if isinstance(info.value, MessageTooLargeError):
+        assert (info.value.size, info.value.limit) == (102, 100)
+    assert a.on_tool_executed("c1", "cleaned")
+    if first:
+        assert a.on_tool_executed("c2", "sent")
+    results = [m for m in a.turn_messages if isinstance(m, ToolResult)]
+    assert sorted((r.id, r.text) for r in results) == [("c1", "cleaned"), ("c2", "sent")]
+
+
+def test_no_limit_still_refuses_nul() -> None:
+    a = two_calls(limit=None)
+    with pytest.raises(InvalidMessageError):
+        a.on_tool_executed("c1", "\x00")
+    assert a.on_tool_executed("c1", "x" * 10_000_000)
+
+
+@pytest.mark.parametrize(
+    "result",
+    ["fits", "", "bin\x00ary\x00", "lone \udcff", "é" * 200, "🌍" * 99, "\x00" * 500, "a" * 201],
+)
+def test_truncate_stores_a_marked_storable_result(result: str) -> None:
+    a = two_calls(limit=200)
+    assert a.on_tool_executed("c1", result, truncate=True)
+    stored = a.ready[-1]
+    assert isinstance(stored, ToolResult)
+    text = stored.text
+    assert "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
+    assert len(text.encode("utf-8")) <= 200
+    if result == "fits" or result == "":
+        assert text == result  # a storable result is stored as it is
+    else:
+        assert "[memstore: " in text  # never a silent change
+    if "\x00" in result or "\udcff" in result:
+        assert "replaced with U+FFFD" in text
+    if len(result.encode("utf-8", "surrogatepass")) > 200:
+        assert "[memstore: result truncated from " in text
+
+
+def test_truncate_cannot_fit_the_marker_in_a_tiny_limit() -> None:
+    a = two_calls(limit=20)
+    before = state(a)
+    with pytest.raises(MessageTooLargeError):
+        a.on_tool_executed("c1", "x" * 30, truncate=True)
+    assert state(a) == before
+
+
+def test_an_unstorable_ai_message_is_refused_before_any_tool_runs() -> None:
+    a = StreamAssembler(max_text_bytes=50)
+    a.on_text("t" * 60)
+    a.on_tool_call_delta(0, id="c1", name="read", arguments="{}")
+    with pytest.raises(MessageTooLargeError):
+        a.tool_calls()
+    before = state(a)
+    with pytest.raises(MessageTooLargeError):
+        a.on_tool_executed("c1", "ok")
+    assert state(a) == before
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda a: a.on_text("a\x00b"),
+        lambda a: a.on_tool_call_delta(0, id="c\x00"),
+        lambda a: a.on_tool_call_delta(0, arguments='{"a": "\x00"}'),
+        lambda a: a.feed({"type": "ai_response", "data": "\x00"}),
+    ],
+)
+def test_nul_in_a_delta_is_refused_at_once(step: Any) -> None:
+    a = StreamAssembler()
+    a.on_text("ok")
+    before = state(a)
+    with pytest.raises(InvalidMessageError, match="NUL"):
+        step(a)
+    assert state(a) == before
+
+
+def test_end_and_fail_with_an_oversized_final_text() -> None:
+    a = StreamAssembler(max_text_bytes=10)
+    a.on_tool_call_delta(0, id="c1", name="r", arguments="{}")
+    a.on_tool_executed("c1", "ok")
+    a.on_text("x" * 11)
+    before = state(a)
+    with pytest.raises(MessageTooLargeError):
+        a.end_turn()
+    assert state(a) == before
+    rest = a.fail_turn()  # the tool that ran stays; the text that cannot be stored goes
+    assert [m.type for m in rest] == ["ai", "tool_result"]
+    assert a.closed
+
+
+def test_flushed_messages_are_the_durable_part() -> None:
+    a = two_calls()
+    a.on_tool_executed("c1", "one")
+    a.mark_flushed(len(a.ready))
+    a.on_tool_executed("c2", "two")
+    assert [m.type for m in a.flushed_messages] == ["ai", "tool_result"]
+    draft = turn_display(a.flushed_messages, {}, "StorageError: down")
+    assert draft is not None
+    assert draft.content.splitlines()[1:3] == [
+        "[tool] read_file({}) -> ok",
+        "[tool] send_email({})",  # written? not known: no "-> ok"
+    ]
+
+
+# -- strict chunk fields (issue 9, item 11) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["true", "false", 1, 0, "1", 1.0, [], {}])
+def test_langchain4j_is_error_must_be_a_bool(flag: object) -> None:
+    a = StreamAssembler()
+    a.feed({"type": "tool_request", "id": "t1", "name": "ls", "arguments": "{}"})
+    before = state(a)
+    chunk = {"type": "tool_executed", "id": "t1", "result": "boom", "is_error": flag}
+    with pytest.raises(StreamProtocolError, match="is_error"):
+        a.feed(chunk)
+    with pytest.raises(StreamProtocolError, match="is_error"):
+        a.feed(json.dumps(chunk))
+    assert state(a) == before
+    assert a.feed({**chunk, "is_error": True})
+    assert a.ready[-1] == ToolResult(id="t1", tool_name="ls", text="boom", is_error=True)
+
+
+@pytest.mark.parametrize("flag", [True, False, None])
+def test_langchain4j_is_error_bool_or_absent(flag: bool | None) -> None:
+    a = StreamAssembler()
+    a.feed({"type": "tool_request", "id": "t1", "name": "ls", "arguments": "{}"})
+    chunk: dict[str, Any] = {"type": "tool_executed", "id": "t1", "result": "r"}
+    if flag is not None:
+        chunk["is_error"] = flag
+    a.feed(chunk)
+    assert a.ready[-1] == ToolResult(id="t1", tool_name="ls", text="r", is_error=bool(flag))
+
+
+MALFORMED_CHUNKS: list[Any] = [
+    # langchain4j
+    {"type": "tool_request", "id": "t1", "name": "ls", "index": "0"},
+    {"type": "tool_request", "id": "t1", "name": "ls", "index": -1},
+    {"type": "tool_request", "id": "t1", "name": "ls", "index": True},
+    {"type": "tool_request", "id": 7, "name": "ls"},
+    {"type": "tool_request", "id": "t1", "name": ["ls"]},
+    {"type": "tool_request", "id": "t1", "name": "ls", "arguments": {"a": 1}},
+    {"type": "tool_executed", "id": "t1", "name": "ls", "arguments": "{}", "result": None},
+    {"type": "tool_executed", "id": "t1", "name": "ls", "arguments": "{}", "result": 5},
+    {"type": "ai_response", "data": None},
+    {"type": ["ai_response"], "data": "x"},
+    {"type": {"nested": 1}},
+    # openai
+    {"choices": "abc"},
+    {"choices": {"index": 0}},
+    {"choices": [5]},
+    {"choices": ["delta"]},
+    {"choices": [{"index": "0", "delta": {"content": "x"}}]},
+    {"choices": [{"index": 0.0, "delta": {"content": "x"}}]},
+    {"choices": [{"index": 0, "delta": "content"}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": "x"}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [7]}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "0"}]}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": "f"}]}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": 5}]}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": 1}}]}}]},
+    # anthropic
+    {"type": "content_block_start", "index": 0},
+    {"type": "content_block_start", "index": 0, "content_block": "text"},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": ["text"]}},
+    {"type": "content_block_start", "index": "0", "content_block": {"type": "text"}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": 1}},
+    {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": 1}},
+    {"type": "content_block_delta", "index": 0},
+    {"type": "content_block_delta", "index": 0, "delta": ["text_delta"]},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": {"a": 1}}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 2}},
+    {"type": "content_block_stop", "index": None},
+    {"type": "error", "error": "overloaded"},
+    # not objects, or not JSON
+    "[" * 100_000,
+    b"\xff\xfe",
+    [],
+    5,
+    "5",
+]
+
+
+@pytest.mark.parametrize("chunk", MALFORMED_CHUNKS)
+def test_malformed_chunk_fields_are_stream_protocol_errors(chunk: Any) -> None:
+    a = StreamAssembler()
+    a.feed({"type": "content_block_start", "index": 0, "content_block": {"type": "text"}})
+    before = state(a)
+    with pytest.raises(StreamProtocolError):
+        a.feed(chunk)
+    assert state(a) == before
+    a.feed({"type": "ai_response", "data": "still"})
+    assert a.end_turn() == [AiMessage(text="still")]
+
+
+# -- the cost of a chunk (issue 9, item 6) ------------------------------------------------------
+
+
+def traced_steps(action: Any) -> int:
+    """Python-level work of ``action()``: the trace events (calls, lines, returns) it runs.
+    Deterministic, unlike a timer: a per-chunk cost that grows with the turn shows here."""
+    count = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    collecting = gc.isenabled()
+    gc.disable()  # a collection would run other objects' finalizers inside the count
+    sys.settrace(tracer)
+    try:
+        action()
+    finally:
+        sys.settrace(previous)
+        if collecting:
+            gc.enable()
+    return count
+
+
+def openai_multi_op(i: int) -> dict[str, Any]:
+    return openai_chunk(
+        content=f"t{i % 10} ",
+        tool_calls=[
+            {"index": 0, "function": {"arguments": " "}},
+            {"index": 1, "function": {"arguments": " "}},
+        ],
+    )
+
+
+def grow_turn(a: StreamAssembler, rounds: int) -> None:
+    """Completed model calls with parallel tool calls: a long turn before the chunk measured."""
+    for r in range(rounds):
+        a.on_text("step ")
+        a.on_tool_call_delta(0, id=f"g{r}a", name="f", arguments="{}")
+        a.on_tool_call_delta(1, id=f"g{r}b", name="f", arguments="{}")
+        a.on_tool_executed(f"g{r}a", "ok")
+        a.on_tool_executed(f"g{r}b", "ok")
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        pytest.param(
+            [openai_chunk(tool_calls=[{"index": 0, "id": "x0", "function": {"name": "f"}}])]
+            + [openai_multi_op(i) for i in range(1)],
+            id="openai-text-and-deltas",
+        ),
+        pytest.param(
+            [
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+                {
+                    "type": "content_block_start",
+                    "index": 1,
+                    "content_block": {"type": "text", "text": "hi"},
+                },
+            ],
+            id="anthropic-block-with-text",
+        ),
+        pytest.param(
+            [
+                {"type": "tool_request", "id": "x0", "name": "f", "arguments": "{}"},
+                {"type": "tool_request", "id": "x1", "name": "f", "arguments": "{}"},
+                {"type": "tool_request", "id": "x2", "name": "f", "arguments": "{}"},
+            ],
+            id="langchain4j-request-new-calls",
+        ),
+        pytest.param(
+            [
+                {"type": "ai_response", "data": "x"},
+                {"type": "tool_executed", "id": "x2", "name": "f", "arguments": "{}"}
+                | {"result": "r"},
+            ],
+            id="langchain4j-executed-carrying-its-request",
+        ),
+    ],
+)
+def test_a_chunk_costs_the_same_whatever_the_turn_length(chunks: list[Any]) -> None:
+    def cost(rounds: int) -> int:
+        a = StreamAssembler()
+        grow_turn(a, rounds)
+        *prefix, last = chunks
+        for chunk in prefix:
+            a.feed(chunk)
+        return traced_steps(lambda: a.feed(last))
+
+    assert cost(5) == cost(400)
+
+
+def test_feeding_many_multi_op_chunks_costs_the_same_per_chunk() -> None:
+    a = StreamAssembler()
+    a.feed(openai_chunk(tool_calls=[{"index": 0, "id": "c0", "function": {"name": "f"}}]))
+    a.feed(openai_chunk(tool_calls=[{"index": 1, "id": "c1", "function": {"name": "f"}}]))
+    steps = {}
+    for i in range(2000):
+        if i in (50, 1999):
+            chunk = openai_multi_op(i)
+            steps[i] = traced_steps(lambda: a.feed(chunk))  # noqa: B023 (called at once)
+        else:
+            a.feed(openai_multi_op(i))
+    assert steps[1999] == steps[50]
+    # and a rejected multi-op chunk late in the turn costs what it costs early
+    bad = openai_chunk(
+        content="x",
+        tool_calls=[{"index": 0, "function": {"arguments": " "}}, {"index": 1, "id": "c0"}],
+    )
+    b = StreamAssembler()
+    b.feed(openai_chunk(tool_calls=[{"index": 0, "id": "c0", "function": {"name": "f"}}]))
+    b.feed(openai_chunk(tool_calls=[{"index": 1, "id": "c1", "function": {"name": "f"}}]))
+
+    def rejected(x: StreamAssembler) -> None:
+        with pytest.raises(StreamProtocolError):
+            x.feed(bad)
+
+    early = traced_steps(lambda: rejected(b))
+    assert traced_steps(lambda: rejected(a)) == early
+
+
+def test_many_parallel_calls_cost_the_same_per_fragment() -> None:
+    a = StreamAssembler()
+    steps = {}
+    for i in range(3000):
+        chunk = {"type": "tool_request", "id": f"c{i}", "name": "f", "arguments": "{}"}
+        if i in (100, 2999):
+            steps[i] = traced_steps(lambda: a.feed(chunk))  # noqa: B023 (called at once)
+        else:
+            a.feed(chunk)
+    assert steps[2999] == steps[100]

@@ -13,7 +13,7 @@ For every sequence:
   timed) on a fresh assembler and on one that already holds a long turn (caches such as ABC
   ``isinstance`` results are warmed on a throwaway twin first, so only the turn differs).
 
-``MEMSTORE_FUZZ_EXAMPLES`` raises the example count (default 60, a few seconds).
+``MEMSTORE_TEST_FUZZ_EXAMPLES`` raises the example count (default 60, a few seconds).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tests.unit.test_stream import (
     traced_steps,
 )
 
-EXAMPLES = int(os.environ.get("MEMSTORE_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("MEMSTORE_TEST_FUZZ_EXAMPLES", "60"))
 GROWN_ROUNDS = 40
 
 LANGCHAIN4J_STREAM: list[dict[str, Any]] = [

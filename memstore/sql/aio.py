@@ -16,7 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from memstore.core.loader import RowRequest
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
-from memstore.sql.engine import install_sqlite_pragmas, sqlite_options, translated_errors
+from memstore.sql.engine import (
+    ENGINE_OPTIONS,
+    install_sqlite_pragmas,
+    sqlite_options,
+    translated_errors,
+)
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     display_entry,
@@ -52,8 +57,8 @@ def make_async_engine(url: str) -> AsyncEngine:
     """An async engine with the same per-database settings as :func:`make_engine`."""
     target = async_url(url)
     if target.get_backend_name() != "sqlite":
-        return create_async_engine(target, pool_pre_ping=True)
-    engine = create_async_engine(target, **sqlite_options(target))
+        return create_async_engine(target, pool_pre_ping=True, **ENGINE_OPTIONS)
+    engine = create_async_engine(target, **ENGINE_OPTIONS, **sqlite_options(target, is_async=True))
     install_sqlite_pragmas(engine.sync_engine, target)
     return engine
 

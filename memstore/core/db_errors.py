@@ -72,6 +72,7 @@ _MYSQL_CODES = {
     2013: FailureKind.CONNECTION,  # lost connection during a query
     2055: FailureKind.CONNECTION,  # lost connection (system error)
     1045: FailureKind.AUTHENTICATION,  # ER_ACCESS_DENIED_ERROR
+    1698: FailureKind.AUTHENTICATION,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR
     1044: FailureKind.PERMISSION,  # ER_DBACCESS_DENIED_ERROR
     1142: FailureKind.PERMISSION,  # table command denied
     1143: FailureKind.PERMISSION,  # column command denied

@@ -31,7 +31,7 @@ from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, display_drafts
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -146,7 +146,9 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.load_window`."""
         app = normalize_app_id(app_id)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        steps = window_steps(positive(max_messages, "max_messages"), start_at_user=first_user)
+        steps = window_steps(
+            positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), start_at_user=first_user
+        )
         return (await _run_steps(steps, self._sql, app)).messages
 
     def memory(self, app_id: str | int) -> AsyncChatMemory:
@@ -159,7 +161,7 @@ class AsyncMemoryStore(StoreBase):
         limit = (
             self.settings.reload_max
             if max_messages is None
-            else positive(max_messages, "max_messages")
+            else positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
         )
         await self.cache.invalidate(app)
         version = (await self.cache.read(app)).version

@@ -46,6 +46,7 @@ from memstore.errors import IdCollisionError
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+from memstore.sql.engine import translated_errors
 from memstore.store_base import StoreBase
 
 logger = logging.getLogger("memstore")
@@ -99,8 +100,9 @@ class AsyncMemoryStore(StoreBase):
         """Upgrade the schema (the same Alembic migrations as the sync store)."""
         from memstore.sql import migrate as migrations  # Alembic loads only when needed
 
-        async with self.engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade_connection, revision)
+        with translated_errors("migrating"):
+            async with self.engine.begin() as conn:
+                await conn.run_sync(migrations.upgrade_connection, revision)
 
     async def append(
         self,

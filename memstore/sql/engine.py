@@ -129,9 +129,12 @@ def storage_error(action: str, error: SQLAlchemyError) -> StorageError:
     return error_type(detail, kind=kind.value, code=failure.code, driver_error=failure.driver_class)
 
 
-def keeps_cause(error: StorageError) -> bool:
-    """Whether the driver exception may stay attached (its message cannot quote data)."""
-    return any(error.kind == kind.value for kind in SAFE_MESSAGE_KINDS)
+def keeps_cause(error: StorageError, cause: SQLAlchemyError) -> bool:
+    """Whether the driver exception may stay attached: its message cannot quote data, and
+    SQLAlchemy left the statement's parameters out of it (engines memstore creates hide
+    them; an engine passed in may not)."""
+    hidden = getattr(cause, "hide_parameters", False) or getattr(cause, "params", None) is None
+    return hidden and any(error.kind == kind.value for kind in SAFE_MESSAGE_KINDS)
 
 
 @contextmanager
@@ -148,6 +151,6 @@ def translated_errors(action: str) -> Iterator[None]:
         yield
     except SQLAlchemyError as error:
         replacement = storage_error(action, error)
-        if keeps_cause(replacement):
+        if keeps_cause(replacement, error):
             raise replacement from error
         raise replacement from None

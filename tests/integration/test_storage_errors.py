@@ -412,3 +412,33 @@ def test_the_cli_names_a_missing_database_instead_of_advising_migrate(database: 
     assert done.returncode == 2
     assert missing in done.stderr and "connection failed" in done.stderr
     assert "migrate" not in done.stderr
+
+
+@pytest.mark.parametrize("db_url", DATABASES, indirect=True)
+def test_an_engine_passed_in_that_shows_parameters_still_leaks_nothing(
+    db_url: str, all_logs: pytest.LogCaptureFixture
+) -> None:
+    engine = sa.create_engine(db_url)  # the caller's engine: hide_parameters is off
+    admin = None if engine.dialect.name == "sqlite" else make_engine(db_url)
+    kill_own_connection_before_insert(engine, admin)
+    store = MemoryStore(Settings(database_url=db_url, worker_id=SESSION_WORKER_ID), engine=engine)
+    try:
+        with pytest.raises(StorageError) as raised:
+            store.append(f"own-{uuid.uuid4().hex[:8]}", [UserMessage(text=SECRET)], SECRET_USER)
+        assert_no_secret(leaked(raised.value))
+        assert raised.value.__cause__ is None  # SQLAlchemy's message would hold the parameters
+    finally:
+        store.close()
+        engine.dispose()
+        if admin is not None:
+            admin.dispose()
+
+
+@pytest.mark.parametrize("database", ["postgres", "mysql"])
+def test_cli_migrate_on_a_missing_database_is_a_clean_error(database: str) -> None:
+    missing = f"memstore_nodb_{uuid.uuid4().hex[:8]}"
+    url = variant(POSTGRES_URL if database == "postgres" else MYSQL_URL, database, database=missing)
+    done = run_cli("migrate", "--database-url", url)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: migrating failed: connection failed")
+    assert missing in done.stderr and "Traceback" not in done.stderr

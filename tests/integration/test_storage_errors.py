@@ -442,3 +442,24 @@ def test_cli_migrate_on_a_missing_database_is_a_clean_error(database: str) -> No
     assert done.returncode == 2
     assert done.stderr.startswith("error: migrating failed: connection failed")
     assert missing in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_undecodable_cached_window_is_logged_without_its_text(
+    sqlite_store: MemoryStore, all_logs: pytest.LogCaptureFixture
+) -> None:
+    import fakeredis
+
+    from memstore.cache import keys
+    from memstore.cache.base import WindowPolicy
+    from memstore.cache.redis_window import RedisWindowCache
+
+    client = fakeredis.FakeRedis()
+    cache = RedisWindowCache(client, WindowPolicy.from_settings(sqlite_store.settings))
+    with MemoryStore(sqlite_store.settings, engine=sqlite_store.engine, cache=cache) as store:
+        store.append("app-c", [UserMessage(text="hello")])
+        store.memory("app-c").messages()
+        damaged = b'1\x1e{"type": "user", "text": ["7f3a9"]}'  # text must be a str
+        client.rpush(keys.window_key("app-c"), damaged)
+        assert [m.text for m in store.memory("app-c").messages()] == ["hello"]  # rebuilt
+    assert "does not decode" in all_logs.text
+    assert_no_secret(all_logs.text)

@@ -31,7 +31,7 @@ from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, display_drafts
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -46,6 +46,7 @@ from memstore.errors import IdCollisionError
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+from memstore.sql.engine import translated_errors
 from memstore.store_base import StoreBase
 
 logger = logging.getLogger("memstore")
@@ -99,8 +100,9 @@ class AsyncMemoryStore(StoreBase):
         """Upgrade the schema (the same Alembic migrations as the sync store)."""
         from memstore.sql import migrate as migrations  # Alembic loads only when needed
 
-        async with self.engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade_connection, revision)
+        with translated_errors("migrating"):
+            async with self.engine.begin() as conn:
+                await conn.run_sync(migrations.upgrade_connection, revision)
 
     async def append(
         self,
@@ -146,7 +148,9 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.load_window`."""
         app = normalize_app_id(app_id)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        steps = window_steps(positive(max_messages, "max_messages"), start_at_user=first_user)
+        steps = window_steps(
+            positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), start_at_user=first_user
+        )
         return (await _run_steps(steps, self._sql, app)).messages
 
     def memory(self, app_id: str | int) -> AsyncChatMemory:
@@ -159,7 +163,7 @@ class AsyncMemoryStore(StoreBase):
         limit = (
             self.settings.reload_max
             if max_messages is None
-            else positive(max_messages, "max_messages")
+            else positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
         )
         await self.cache.invalidate(app)
         version = (await self.cache.read(app)).version

@@ -18,7 +18,7 @@ from memstore.cache.memory_cache import NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.fingerprint import GUARD_MARK
-from memstore.core.inputs import normalize_app_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
 from memstore.demo import describe
 from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
@@ -150,7 +150,12 @@ PROVIDER_FORMATS = ("openai", "anthropic", "langchain4j")
     default="table",
     help="A readable table, memstore's JSON, or a provider's request format.",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Most messages/rows.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=MAX_WINDOW_MESSAGES),
+    default=None,
+    help="Most messages/rows.",
+)
 @database_option
 @redis_option
 def show(
@@ -241,7 +246,7 @@ def _show_executions(store: MemoryStore, app_id: str, limit: int, fmt: str) -> N
 @click.option(
     "--max",
     "max_messages",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WINDOW_MESSAGES),
     default=None,
     help="Messages per window (default MEMSTORE_RELOAD_MAX).",
 )

@@ -18,6 +18,10 @@ from sqlalchemy.exc import ArgumentError
 from memstore.errors import ConfigurationError, describe_validation_error
 
 ENV_PREFIX = "MEMSTORE_"
+MAX_TTL_SECONDS = 2**31 - 1
+"""About 68 years: a TTL every cache (Redis, in-process) can represent."""
+MAX_TEXT_BYTES_LIMIT = 2**30
+"""1 GiB, the most PostgreSQL stores in one text value."""
 
 
 class Settings(BaseModel):
@@ -33,20 +37,35 @@ class Settings(BaseModel):
     """Most messages a cached window keeps; adding more evicts from the front, group-safe."""
     reload_max: int = Field(default=50, ge=1, le=100_000)
     """How many messages a rebuild (cache miss, ``reload``) loads from SQL."""
-    cache_ttl_seconds: int = Field(default=3600, ge=1)
+    cache_ttl_seconds: int = Field(default=3600, ge=1, le=MAX_TTL_SECONDS)
     """TTL of a window key, refreshed on every write."""
     worker_id: int = Field(default=0, ge=0, le=1023)
     """Snowflake worker id; give every process that writes to the same database its own."""
-    max_text_bytes: int = Field(default=1024 * 1024, ge=1)
+    max_text_bytes: int = Field(default=1024 * 1024, ge=1, le=MAX_TEXT_BYTES_LIMIT)
     """Largest text, tool-result or arguments field accepted, in UTF-8 bytes."""
     window_start_at_user: bool = False
     """Make every window start at a user message (Anthropic and Gemini need it)."""
-    redis_timeout_seconds: float = Field(default=0.5, gt=0)
+    redis_timeout_seconds: float = Field(default=0.5, gt=0, le=3600)
     """Socket timeout for Redis calls; past it the call counts as a cache failure."""
-    clock_backwards_max_wait_ms: int = Field(default=2000, ge=0)
+    clock_backwards_max_wait_ms: int = Field(default=2000, ge=0, le=3_600_000)
     """How long the id generator waits out a clock that stepped back before failing."""
     guard_debug: bool = False
     """Log every loop-guard decision (``memstore.guard`` logger), message text redacted."""
+
+    @field_validator(
+        "window_size",
+        "reload_max",
+        "cache_ttl_seconds",
+        "worker_id",
+        "max_text_bytes",
+        "clock_backwards_max_wait_ms",
+        mode="before",
+    )
+    @classmethod
+    def _no_bool_for_int(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("must be an integer, not a bool")
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -1,8 +1,11 @@
 """The exception hierarchy: every error memstore raises on purpose is a :class:`MemstoreError`.
 
-Driver errors (SQLAlchemy, psycopg, PyMySQL) are wrapped in :class:`StorageError` with the
-original as ``__cause__``, so callers never need to catch a driver's exception types. Redis
-errors never surface: the cache degrades to SQL and logs a warning instead.
+Driver errors (SQLAlchemy, psycopg, PyMySQL, sqlite3) are wrapped in :class:`StorageError`,
+classified by the driver's error code, so callers never need to catch a driver's exception
+types. Errors never carry message text, payloads or SQL parameters: the driver exception stays
+the ``__cause__`` only when its message cannot quote data (connection, authentication,
+permission, missing schema, busy); otherwise the error is raised ``from None``. Redis errors
+never surface: the cache degrades to SQL and logs a warning instead.
 """
 
 from __future__ import annotations
@@ -82,7 +85,26 @@ class ClockMovedBackwardsError(MemstoreError):
 
 
 class StorageError(MemstoreError):
-    """The SQL database failed (connection, constraint, timeout). Nothing was committed."""
+    """The SQL database failed (connection, constraint, timeout). Nothing was committed.
+
+    ``kind`` names the classified failure (``"connection failed"``, ``"authentication
+    failed"``, ``"value rejected"``, ``"database busy"``...; see the errors table), ``code`` the
+    driver's SQLSTATE or MySQL error number when there is one, ``driver_error`` the driver
+    exception's class name. None of them, nor the message, contains stored data.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        kind: str | None = None,
+        code: str | None = None,
+        driver_error: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.code = code
+        self.driver_error = driver_error
 
 
 class IdCollisionError(StorageError):

@@ -26,7 +26,7 @@ from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, display_drafts
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.loader import run_steps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -160,7 +160,9 @@ class MemoryStore(StoreBase):
         """
         app = normalize_app_id(app_id)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        return self._window(app, positive(max_messages, "max_messages"), first_user).messages
+        return self._window(
+            app, positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), first_user
+        ).messages
 
     def memory(self, app_id: str | int) -> ChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -172,7 +174,7 @@ class MemoryStore(StoreBase):
         limit = (
             self.settings.reload_max
             if max_messages is None
-            else positive(max_messages, "max_messages")
+            else positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
         )
         self.cache.invalidate(app)
         version = self.cache.read(app).version

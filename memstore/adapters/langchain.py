@@ -65,7 +65,7 @@ except ImportError as error:
     raise missing_extra("langchain", error) from error
 
 from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.plans import positive
 from memstore.errors import InvalidInputError, InvalidMessageError
 from memstore.messages import (
@@ -130,7 +130,7 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
         if max_messages is not None:
             if not window:
                 raise InvalidInputError("max_messages sizes the window; pass window=True too")
-            positive(max_messages, "max_messages")
+            positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
         self.window = window
         self.max_messages = max_messages
         self._access = StoreAccess(store)

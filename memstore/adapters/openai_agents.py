@@ -72,7 +72,13 @@ else:
         SessionSettings = None
 
 from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import (
+    MAX_ROW_ID,
+    MAX_WINDOW_MESSAGES,
+    bounded_int,
+    normalize_app_id,
+    normalize_user_id,
+)
 from memstore.core.window import StoredMessage
 from memstore.errors import InvalidMessageError
 from memstore.messages import (
@@ -142,6 +148,9 @@ class MemstoreSession(SessionABC):
             The items as they were added (rows from elsewhere converted).
         """
         wanted = self._default_limit() if limit is None else limit
+        if wanted is not None:
+            # any int up to the window bound; zero and negatives mean "no items", as in the SDK
+            bounded_int(wanted, "limit", minimum=-MAX_ROW_ID, maximum=MAX_WINDOW_MESSAGES)
         if wanted is None:
             rows = await self._access.aall_rows(self.session_id)
             return _items(rows)

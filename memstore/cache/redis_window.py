@@ -85,7 +85,10 @@ def cached_window(raw: Sequence[Any], version: Any) -> CachedWindow:
     try:
         return CachedWindow(decode_entries(raw), token)
     except (ValidationError, MemstoreError, ValueError) as error:
-        logger.warning("memstore: a cached window does not decode (%s); rebuilding it", error)
+        # the error's class only: a validation error quotes the entry, i.e. chat text
+        logger.warning(
+            "memstore: a cached window does not decode (%s); rebuilding it", type(error).__name__
+        )
         return CachedWindow(None, token)
 
 

@@ -1,11 +1,17 @@
-"""Input checks that run before anything is written: ids and message limits."""
+"""Input checks that run before anything is written or read: ids, integers, message limits."""
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
 
-from memstore.errors import InvalidAppIdError, InvalidMessageError, MessageTooLargeError
+from memstore.errors import (
+    InvalidAppIdError,
+    InvalidInputError,
+    InvalidMessageError,
+    MemstoreError,
+    MessageTooLargeError,
+)
 from memstore.messages import (
     AiMessage,
     Message,
@@ -17,6 +23,28 @@ from memstore.messages import (
 
 MAX_ID_CHARS = 128
 MAX_CALL_ID_CHARS = 255
+MAX_ROW_ID = 2**63 - 1
+"""The largest row id (a signed 64-bit ``BIGINT`` on every database)."""
+MAX_WINDOW_MESSAGES = 100_000
+"""The most messages one window load may ask for (the bound of ``window_size``/``reload_max``)."""
+
+
+def bounded_int(
+    value: object,
+    name: str,
+    *,
+    minimum: int,
+    maximum: int,
+    error: type[MemstoreError] = InvalidInputError,
+) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``) within ``minimum..maximum``; otherwise
+    raise ``error`` before any I/O (a database would overflow, or silently accept, it)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{name} must be an integer, got {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        shown = str(value) if value.bit_length() <= 128 else f"a {value.bit_length()}-bit integer"
+        raise error(f"{name} must be from {minimum} to {maximum}, got {shown}")
+    return value
 
 
 def normalize_app_id(app_id: object, *, what: str = "app_id") -> str:
@@ -27,6 +55,8 @@ def normalize_app_id(app_id: object, *, what: str = "app_id") -> str:
     """
     if isinstance(app_id, bool) or not isinstance(app_id, (str, int)):
         raise InvalidAppIdError(f"{what} must be a string or an int, got {type(app_id).__name__}")
+    if isinstance(app_id, int) and abs(app_id) >= 10**MAX_ID_CHARS:
+        raise InvalidAppIdError(f"{what} is an integer of more than {MAX_ID_CHARS} digits")
     value = str(app_id) if isinstance(app_id, int) else app_id
     if not value:
         raise InvalidAppIdError(f"{what} must not be empty")

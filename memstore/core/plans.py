@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from memstore.core.display import DisplayDraft
-from memstore.core.inputs import check_messages
+from memstore.core.inputs import MAX_ROW_ID, bounded_int, check_messages
 from memstore.core.rows import display_row, original_row
 from memstore.core.window import Window, WindowEntry, entry_for
 from memstore.errors import InvalidInputError, UnknownToolCallError
@@ -80,10 +80,9 @@ def unknown_call_error(app_id: str, missing: set[str]) -> UnknownToolCallError:
     )
 
 
-def positive(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
-    return value
+def positive(value: int, name: str, maximum: int = MAX_ROW_ID) -> int:
+    """``value`` when it is an int from 1 to ``maximum``, else ``InvalidInputError``."""
+    return bounded_int(value, name, minimum=1, maximum=maximum)
 
 
 def history_page(limit: int, before_id: int | None) -> int:

@@ -36,9 +36,11 @@ def decode_payload(payload: str, row_id: int) -> Message:
     try:
         return MESSAGE_ADAPTER.validate_json(payload)
     except (ValidationError, ValueError) as error:
+        # ``from None``: the validation error quotes the payload, i.e. chat text.
         raise StorageError(
-            f"row {row_id} of chat_history_original has a corrupt payload"
-        ) from error
+            f"row {row_id} of chat_history_original has a corrupt payload ({type(error).__name__})",
+            kind="corrupt row",
+        ) from None
 
 
 def original_row(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memstore.errors import ConfigurationError, InvalidInputError, describe_validation_error
 from memstore.guard.verdicts import BlockedBudget, BudgetName
@@ -31,6 +31,13 @@ class Budgets(BaseModel):
     wall_clock_seconds: float | None = Field(default=300.0, gt=0)
     cost: float | None = Field(default=None, ge=0)
     side_effect_calls: int | None = Field(default=8, ge=0)
+
+    @field_validator("tool_rounds", "tool_calls", "side_effect_calls", mode="before")
+    @classmethod
+    def _no_bool_for_int(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("must be an integer, not a bool")
+        return value
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -21,7 +21,7 @@ from memstore.core.fingerprint import (
     result_digest,
 )
 from memstore.core.fingerprint import idempotency_key as derived_idempotency_key
-from memstore.core.inputs import normalize_app_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int, normalize_app_id
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.guard.budgets import Budgets, Turn
 from memstore.guard.execution_table import _ExecutionTable
@@ -94,14 +94,22 @@ class LoopGuard:
         debug: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(max_identical_repeats, bool) or not isinstance(max_identical_repeats, int):
-            raise ConfigurationError("max_identical_repeats must be an integer")
-        if max_identical_repeats < 1:
-            raise ConfigurationError("max_identical_repeats must be at least 1")
+        bounded_int(
+            max_identical_repeats,
+            "max_identical_repeats",
+            minimum=1,
+            maximum=MAX_WINDOW_MESSAGES // 4 - 1,
+            error=ConfigurationError,
+        )
         minimum_rows = 4 * (max_identical_repeats + 1)
         rows = max(DEFAULT_HISTORY_ROWS, minimum_rows) if history_rows is None else history_rows
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < minimum_rows:
-            raise ConfigurationError(f"history_rows must be an integer >= {minimum_rows}")
+        bounded_int(
+            rows,
+            "history_rows",
+            minimum=minimum_rows,
+            maximum=MAX_WINDOW_MESSAGES,
+            error=ConfigurationError,
+        )
         if isinstance(side_effect_tools, str):
             raise ConfigurationError("side_effect_tools must be a collection of tool names")
         self.store = store

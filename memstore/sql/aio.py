@@ -7,6 +7,7 @@ URLs are mapped to an asyncio driver: ``sqlite`` -> aiosqlite, ``postgresql`` ->
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from memstore.core.loader import RowRequest
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
-from memstore.sql.engine import install_sqlite_pragmas, sqlite_options, translated_errors
+from memstore.sql.engine import (
+    ENGINE_OPTIONS,
+    install_sqlite_pragmas,
+    sqlite_options,
+    translated_errors,
+)
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     display_entry,
@@ -48,12 +54,35 @@ def async_url(url: str) -> URL:
     return parsed
 
 
+class _NoStatementArguments(logging.Filter):
+    """aiosqlite logs every call it runs at DEBUG, SQL parameters (chat text) included; keep
+    the record and name the operation only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args and isinstance(record.args, tuple):
+            record.args = tuple(
+                arg if isinstance(arg, BaseException) else _operation_name(arg)
+                for arg in record.args
+            )
+        return True
+
+
+def _operation_name(value: object) -> str:
+    target = getattr(value, "func", value)
+    return str(getattr(target, "__qualname__", type(target).__name__))
+
+
+_AIOSQLITE_FILTER = _NoStatementArguments()
+
+
 def make_async_engine(url: str) -> AsyncEngine:
     """An async engine with the same per-database settings as :func:`make_engine`."""
     target = async_url(url)
     if target.get_backend_name() != "sqlite":
-        return create_async_engine(target, pool_pre_ping=True)
-    engine = create_async_engine(target, **sqlite_options(target))
+        return create_async_engine(target, pool_pre_ping=True, **ENGINE_OPTIONS)
+    if target.get_driver_name() == "aiosqlite":
+        logging.getLogger("aiosqlite").addFilter(_AIOSQLITE_FILTER)  # a set: added once
+    engine = create_async_engine(target, **ENGINE_OPTIONS, **sqlite_options(target, is_async=True))
     install_sqlite_pragmas(engine.sync_engine, target)
     return engine
 

@@ -13,6 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from memstore.errors import ConfigurationError
+from memstore.sql.engine import translated_errors
 
 
 def migrations_dir() -> Path:
@@ -70,7 +71,7 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema up to ``revision``."""
-    with engine.begin() as connection:
+    with translated_errors("migrating"), engine.begin() as connection:
         upgrade_connection(connection, revision)
 
 
@@ -85,14 +86,14 @@ def upgrade_connection(connection: Connection, revision: str = "head") -> None:
 def downgrade(engine: Engine, revision: str) -> None:
     """Take the schema down to ``revision`` (``"base"`` drops every memstore table)."""
     config = alembic_config()
-    with engine.begin() as connection:
+    with translated_errors("migrating"), engine.begin() as connection:
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
 
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or ``None`` when it was never migrated."""
-    with engine.connect() as connection:
+    with translated_errors("reading the schema revision"), engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
 

@@ -129,3 +129,49 @@ tool_executions = sa.Table(
 """Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
 key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
 and the first successful result (or the last failure's text)."""
+
+CONVERSATIONS_TABLE = "pydantic_ai_conversations"
+ENTRIES_TABLE = "pydantic_ai_entries"
+MAX_ENTRY_ID_CHARS = 128
+MAX_SCOPE_CHARS = 255
+
+conversations = sa.Table(
+    CONVERSATIONS_TABLE,
+    metadata,
+    sa.Column("conversation_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("scope", ExactString(MAX_SCOPE_CHARS), nullable=True),
+    sa.Column("revision", ExactString(MAX_ENTRY_ID_CHARS), nullable=False),
+    sa.Column("head_id", ExactString(MAX_ENTRY_ID_CHARS), nullable=True),
+    sa.Column("record", long_text(), nullable=False),
+    sa.Column("updated_at", timestamp(), nullable=False),
+    sa.Index("ix_pydantic_ai_conversations_scope_updated_at", "scope", "updated_at"),
+    sa.Index("ix_pydantic_ai_conversations_updated_at", "updated_at"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""pydantic-ai's per-conversation record (``memstore.adapters.pydantic_ai``): the revision the
+compare-and-swap checks, the scope, the head entry, and the rest of the record as JSON (usage,
+deferred tool requests, branches, fork origin)."""
+
+conversation_entries = sa.Table(
+    ENTRIES_TABLE,
+    metadata,
+    sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("entry_id", ExactString(MAX_ENTRY_ID_CHARS), primary_key=True),
+    sa.Column("owner", ExactString(MAX_ID_CHARS), nullable=False),
+    sa.Column("parent_id", ExactString(MAX_ENTRY_ID_CHARS), nullable=True),
+    sa.Column("depth", sa.Integer(), nullable=False),
+    sa.Column("first_row", sa.BigInteger(), nullable=False),
+    sa.Column("last_row", sa.BigInteger(), nullable=False),
+    sa.Column("row_count", sa.Integer(), nullable=False),
+    sa.Index("ix_pydantic_ai_entries_entry_id", "entry_id"),
+    sa.Index("ix_pydantic_ai_entries_app_id_depth", "app_id", "depth"),
+    sa.Index("ix_pydantic_ai_entries_owner", "owner"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""Where each pydantic-ai conversation entry (one ``ModelMessage``) lives: the app whose
+original history holds its rows (``first_row``..``last_row``, ``row_count`` rows), its parent
+entry and its depth on the path from the first message. An entry may live in several apps
+(a fork or a branch switch copies the rows of its path); ``owner`` is the conversation whose
+delete removes the location."""

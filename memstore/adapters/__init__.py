@@ -6,9 +6,11 @@
 * :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory`: langchain-core's
   ``BaseChatMessageHistory`` (``pip install 'memstore[langchain]'``);
 * :class:`~memstore.adapters.openai_agents.MemstoreSession`: the OpenAI Agents SDK's ``Session``
-  (``pip install 'memstore[openai-agents]'``).
+  (``pip install 'memstore[openai-agents]'``);
+* :class:`~memstore.adapters.pydantic_ai.MemstoreConversationStore`: pydantic-ai's
+  ``ConversationStore`` (``pip install 'memstore[pydantic-ai]'``).
 
-Both take a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
+Each takes a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
 names are imported lazily: touching one whose framework is missing raises
 :class:`~memstore.errors.MissingExtraError` with the ``pip install`` line, and importing this
 package alone never imports a framework.
@@ -22,10 +24,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from memstore.adapters.langchain import MemstoreChatMessageHistory
     from memstore.adapters.openai_agents import MemstoreSession
+    from memstore.adapters.pydantic_ai import MemstoreConversationStore
 
 _EXPORTS = {
     "MemstoreChatMessageHistory": "memstore.adapters.langchain",
     "MemstoreSession": "memstore.adapters.openai_agents",
+    "MemstoreConversationStore": "memstore.adapters.pydantic_ai",
 }
 
 
@@ -36,4 +40,4 @@ def __getattr__(name: str) -> object:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["MemstoreChatMessageHistory", "MemstoreSession"]
+__all__ = ["MemstoreChatMessageHistory", "MemstoreConversationStore", "MemstoreSession"]

@@ -86,13 +86,10 @@ from memstore.adapters._history import (
     StoreAccess,
     _finish,
     _newest_rows,
-    _requested_tools,
+    insert_messages,
     opaque,
-    resolve_results,
 )
-from memstore.core.display import display_drafts
 from memstore.core.loader import RowRequest, run_steps, window_steps
-from memstore.core.plans import unanswered_in_batch
 from memstore.core.window import StoredMessage, is_synthetic, select_window
 from memstore.messages import (
     AiMessage,
@@ -473,19 +470,11 @@ def _append_entries(
     """Insert the rows (both histories) and locations of ``new_entries``; the cache entries."""
     per_entry = [entry_to_messages(entry) for entry in new_entries]
     batch: list[Message] = [message for rows in per_entry for message in rows]
-    wanted = unanswered_in_batch(batch)
-    stored = _requested_tools(conn, app_id, wanted) if wanted else {}
-    batch = resolve_results(batch, stored)
-    plan = store._plan(app_id, None, batch, display_drafts(batch, store.formatters))
-    conn.execute(original.insert(), plan.original_rows)
-    if plan.display_rows:
-        from memstore.sql.schema import display
-
-        conn.execute(display.insert(), plan.display_rows)
+    row_ids, cache_entries = insert_messages(conn, store, app_id, batch, None)
     position = 0
     locations = []
     for offset, (entry, rows) in enumerate(zip(new_entries, per_entry, strict=True)):
-        ids = plan.message_ids[position : position + len(rows)]
+        ids = row_ids[position : position + len(rows)]
         position += len(rows)
         locations.append(
             {
@@ -500,7 +489,7 @@ def _append_entries(
             }
         )
     conn.execute(entries_table.insert(), locations)
-    return plan.cache_entries
+    return cache_entries
 
 
 # -- the store -------------------------------------------------------------------------------------

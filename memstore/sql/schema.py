@@ -175,3 +175,32 @@ original history holds its rows (``first_row``..``last_row``, ``row_count`` rows
 entry and its depth on the path from the first message. An entry may live in several apps
 (a fork or a branch switch copies the rows of its path); ``owner`` is the conversation whose
 delete removes the location."""
+
+ADK_STATE_TABLE = "adk_state"
+ADK_STATE_SCOPES = ("app", "user", "session")
+
+adk_state = sa.Table(
+    ADK_STATE_TABLE,
+    metadata,
+    sa.Column("scope", sa.String(16), primary_key=True),
+    sa.Column("app_name", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("user_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("session_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("history_app_id", ExactString(MAX_ID_CHARS), nullable=True),
+    sa.Column("state", long_text(), nullable=False),
+    sa.Column("revision", sa.Integer(), nullable=False),
+    sa.Column("updated_at", timestamp(), nullable=False),
+    sa.Index(
+        "ix_adk_state_scope_app_name_user_id_updated_at",
+        "scope",
+        "app_name",
+        "user_id",
+        "updated_at",
+    ),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""Google ADK state (``memstore.adapters.google_adk``): one row per app (``user_id`` and
+``session_id`` empty), per user of an app (``session_id`` empty) and per session, each with its
+state as JSON; a session row also names the app id of its events in the original history and
+carries the revision that ADK's stale-session check compares."""

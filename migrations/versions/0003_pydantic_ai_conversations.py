@@ -70,9 +70,7 @@ def downgrade() -> None:
     op.drop_index("ix_pydantic_ai_entries_app_id_depth", table_name="pydantic_ai_entries")
     op.drop_index("ix_pydantic_ai_entries_entry_id", table_name="pydantic_ai_entries")
     op.drop_table("pydantic_ai_entries")
-    op.drop_index(
-        "ix_pydantic_ai_conversations_updated_at", table_name="pydantic_ai_conversations"
-    )
+    op.drop_index("ix_pydantic_ai_conversations_updated_at", table_name="pydantic_ai_conversations")
     op.drop_index(
         "ix_pydantic_ai_conversations_scope_updated_at", table_name="pydantic_ai_conversations"
     )

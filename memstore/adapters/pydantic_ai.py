@@ -46,6 +46,7 @@ All work runs in a worker thread on a synchronous store (an ``AsyncMemoryStore``
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -120,12 +121,15 @@ __all__ = [
     "MemstoreConversationStore",
     "entry_to_messages",
     "messages_to_entries",
+    "real_entry_id",
 ]
 
 T = TypeVar("T")
 
 _WHOLE = 2**31
 """A window size no history reaches: the edge check over every row of a path."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 _MESSAGE = TypeAdapter(ModelMessage)
 _RECORD = TypeAdapter(ConversationRecord)
@@ -212,41 +216,73 @@ class _Building:
     parts: dict[int, Any]
 
 
-def _interrupted(result: ToolResult, parent_id: str | None) -> ConversationEntry:
-    part = ToolReturnPart(tool_name=result.tool_name, content=result.text, tool_call_id=result.id)
+def _interrupted(
+    results: list[ToolResult], previous: ConversationEntry | None
+) -> ConversationEntry:
+    # Stamped with the previous message's time, so every read builds an equal message (a
+    # save compares the loaded messages with a fresh read).
+    stamp = previous.message.timestamp if previous is not None else None
+    stamp = stamp or _EPOCH
+    parts = [
+        ToolReturnPart(
+            tool_name=result.tool_name, content=result.text, tool_call_id=result.id, timestamp=stamp
+        )
+        for result in results
+    ]
+    parent_id = previous.id if previous is not None else None
     return ConversationEntry(
-        id=f"{INTERRUPTED_ENTRY_PREFIX}{result.id}",
+        id=f"{INTERRUPTED_ENTRY_PREFIX}{parent_id or ''}",
         parent_id=parent_id,
-        message=ModelRequest(parts=[part]),
+        message=ModelRequest(parts=list(parts), timestamp=stamp),
     )
 
 
-def messages_to_entries(messages: Sequence[Message]) -> list[ConversationEntry]:
-    """Regroup a window's rows into entries (consecutive rows of one entry form its message).
+def real_entry_id(entry_id: str | None) -> str | None:
+    """The stored entry a (possibly synthetic) entry id stands for: a synthetic entry is not
+    stored, so a history continuing from it continues from the entry before it."""
+    if entry_id is not None and entry_id.startswith(INTERRUPTED_ENTRY_PREFIX):
+        return entry_id[len(INTERRUPTED_ENTRY_PREFIX) :] or None
+    return entry_id
 
-    Rows written by other means than this adapter are skipped; a synthetic interrupted result
-    becomes an entry of its own unless it answers a call of the newest response (a paused run
-    may still be waiting on those calls).
+
+def messages_to_entries(
+    messages: Sequence[Message], *, synthesize: bool = True
+) -> list[ConversationEntry]:
+    """Regroup a window's rows into entries (the rows of one entry form its message).
+
+    Rows written by other means than this adapter are skipped. With ``synthesize``, the
+    synthetic interrupted results of one tool group become one ``ModelRequest`` entry of their
+    own (id ``memstore-interrupted-<previous entry id>``), unless they answer calls of the
+    newest response (a paused run may still be waiting on those calls).
     """
-    pending: list[_Building | ToolResult] = []
+    pending: list[_Building | list[ToolResult]] = []
     for message in messages:
         data = message.metadata.get(PYDANTIC_AI_KEY)
         if isinstance(data, dict):
-            last = pending[-1] if pending else None
-            if isinstance(last, _Building) and last.entry_id == data["entry"]:
-                last.parts.update((index, part) for index, part in data["parts"])
+            parts = {index: part for index, part in data["parts"]}
+            earlier = next(
+                (
+                    item
+                    for item in reversed(pending[-2:])
+                    if isinstance(item, _Building) and item.entry_id == data["entry"]
+                ),
+                None,
+            )
+            if earlier is not None:  # rows of one entry, maybe split by synthetic results
+                earlier.parts.update(parts)
             else:
-                parts = {index: part for index, part in data["parts"]}
                 pending.append(_Building(data["entry"], data["parent"], data["message"], parts))
-        elif isinstance(message, ToolResult) and is_synthetic(message):
-            pending.append(message)
-    while pending and isinstance(pending[-1], ToolResult):
+        elif synthesize and isinstance(message, ToolResult) and is_synthetic(message):
+            if pending and isinstance(pending[-1], list):
+                pending[-1].append(message)
+            else:
+                pending.append([message])
+    if pending and isinstance(pending[-1], list):
         pending.pop()  # calls of the newest response: maybe deferred, never answered here
     out: list[ConversationEntry] = []
     for item in pending:
-        parent = out[-1].id if out else None
-        if isinstance(item, ToolResult):
-            out.append(_interrupted(item, parent))
+        if isinstance(item, list):
+            out.append(_interrupted(item, out[-1] if out else None))
             continue
         body = {**item.message, "parts": [item.parts[i] for i in sorted(item.parts)]}
         out.append(
@@ -576,6 +612,15 @@ class MemstoreConversationStore(ConversationStore):
 
         store = self._sync()
         app_id = normalize_app_id(record.conversation_id, what="conversation_id")
+        if new_entries:  # a history continuing from a synthetic entry continues before it
+            first = new_entries[0]
+            first = dataclasses.replace(first, parent_id=real_entry_id(first.parent_id))
+            new_entries = [first, *new_entries[1:]]
+        record = dataclasses.replace(
+            record,
+            head_id=real_entry_id(record.head_id),
+            forked_at=real_entry_id(record.forked_at),
+        )
         base = new_entries[0].parent_id if new_entries else record.head_id
         cache_entries: list[Any] = []
         with translated_errors("saving a conversation"), store.engine.begin() as conn:
@@ -639,7 +684,7 @@ class MemstoreConversationStore(ConversationStore):
             if location is None:
                 raise KeyError(entry_id)
             rows = rows_to_messages(_entry_rows(conn, location))
-        found = messages_to_entries([row.message for row in rows])
+        found = messages_to_entries([row.message for row in rows], synthesize=False)
         if len(found) != 1:
             raise KeyError(entry_id)
         return found[0]
@@ -674,10 +719,10 @@ class MemstoreConversationStore(ConversationStore):
                 or 1
             )
             bound = head.last_row + 1
-            if limit is None:  # the whole path: every row, edge-checked as one window
+            if lowest == 0:  # the whole path: every row, edge-checked as one window
                 rows = _newest_rows(conn, head.app_id, wanted, bound)
                 window = select_window(rows, _WHOLE, history_complete=True)
-                return messages_to_entries(window.messages)
+                return messages_to_entries(window.messages, synthesize=limit is not None)
 
             def fetch(request: RowRequest) -> list[StoredMessage]:
                 before = bound if request.before_id is None else min(request.before_id, bound)
@@ -703,4 +748,4 @@ class MemstoreConversationStore(ConversationStore):
         for step in reversed(path):
             rows.extend(rows_to_messages(_entry_rows(conn, step)))
         window = select_window(rows, _WHOLE, history_complete=True)
-        return messages_to_entries(window.messages)
+        return messages_to_entries(window.messages, synthesize=limit is not None)

@@ -356,9 +356,7 @@ def test_a_fork_starts_from_the_shared_history(env: AdapterEnv, app_id: str) -> 
     env.run(scenario())
 
 
-def test_an_unanswered_call_gets_an_interrupted_return_unless_newest(
-    env: AdapterEnv, app_id: str
-) -> None:
+def test_a_window_answers_an_unanswered_call_unless_newest(env: AdapterEnv, app_id: str) -> None:
     call = ToolCallPart("add", '{"a": 1}', tool_call_id="lost")
     messages: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart("one")]),
@@ -370,7 +368,9 @@ def test_an_unanswered_call_gets_an_interrupted_return_unless_newest(
     async def scenario() -> None:
         store = store_of(env)
         await store.save(Conversation(conversation_id=app_id, messages=messages))
-        loaded = await store_of(env).load(app_id)
+        whole = await store_of(env).load(app_id)
+        assert whole is not None and whole.messages == messages  # the history as stored
+        loaded = await store_of(env).load(app_id, limit=10)
         assert loaded is not None
         assert_paired(loaded.messages)
         interrupted = loaded.messages[2]
@@ -380,6 +380,20 @@ def test_an_unanswered_call_gets_an_interrupted_return_unless_newest(
         assert "interrupted" in str(part.content)
         assert loaded.messages[-1] == messages[-1]  # the newest calls stay open (deferred)
         assert [m for m in loaded.messages if m is not interrupted] == messages
+        # continuing the window stores the new messages after the stored ones, never the
+        # synthetic return
+        extra = ModelRequest(parts=[ToolReturnPart("add", 3, tool_call_id="waiting")])
+        loaded.messages.append(extra)
+        await store.save(loaded)
+        after = await store_of(env).load(app_id)
+        assert after is not None and after.messages == [*messages, extra]
+        rewritten = await store_of(env).load(app_id, limit=10)
+        assert rewritten is not None
+        rewritten.messages = rewritten.messages[:3]  # ends at the synthetic entry
+        await store.save(rewritten)
+        record = await store.read_record(app_id)
+        assert record is not None and record.head_id is not None
+        assert (await store.read_entry(record.head_id)).message == messages[1]
 
     env.run(scenario())
 
@@ -450,3 +464,69 @@ def test_missing_pydantic_ai_names_the_install_line(monkeypatch: pytest.MonkeyPa
         __import__(module)
     assert raised.value.install == "pip install 'memstore[pydantic-ai]'"
     monkeypatch.delitem(sys.modules, module, raising=False)
+
+
+# -- parity with pydantic-ai's own in-memory store ---------------------------------------------
+
+
+async def store_story(
+    store: ConversationStore, messages: list[ModelMessage], cid: str
+) -> list[Any]:
+    """Drive the base class's operations; return what a caller can observe (no entry ids)."""
+    trace: list[Any] = []
+    saved = await store.save(Conversation(conversation_id=cid, messages=messages[:4]))
+    trace.append(("saved", len(saved)))
+    loaded = await store.load(cid)
+    assert loaded is not None
+    trace.append(("loaded", loaded.messages))
+    loaded.messages.extend(messages[4:8])
+    trace.append(("extended", len(await store.save(loaded))))
+    stale = Conversation(conversation_id=cid, messages=messages[:8], revision="stale")
+    try:
+        await store.save(stale)
+    except ConversationConflict:
+        trace.append("conflict")
+    again = await store.load(cid)
+    assert again is not None
+    again.messages = [*messages[:2], *messages[8:]]  # a rewritten history: a branch
+    trace.append(("rewritten", len(await store.save(again))))
+    record = await store.read_record(cid)
+    assert record is not None
+    trace.append(("branches", len(record.branches)))
+    trace.append(("left", [e.message for e in await store.read_history(record.branches[0])]))
+    now = await store.load(cid)
+    assert now is not None
+    trace.append(("now", now.messages))
+    cut = await store.branch(cid, at=3, expected_revision=now.revision)
+    trace.append(("cut", cut.messages))
+    record = await store.read_record(cid)
+    assert record is not None
+    back = await store.branch(cid, from_entry=record.branches[0], expected_revision=record.revision)
+    trace.append(("back", back.messages))
+    fork = await store.fork(cid, at=2, new_conversation_id=cid + "-fork", scope=cid)
+    trace.append(("fork", fork.messages))
+    listed = await store.list_conversations(scope=cid)
+    trace.append(("listed", [r.conversation_id for r in listed]))
+    await store.delete(cid)
+    trace.append(("deleted", await store.load(cid)))
+    forked = await store.load(cid + "-fork", scope=cid)
+    trace.append(("fork kept", forked.messages if forked else None))
+    for k in range(1, len(messages)):
+        window = await store.load(cid + "-fork", limit=k)
+        assert window is not None
+        trace.append(("tail", k, window.messages[-k:]))
+    return trace
+
+
+def test_the_in_memory_store_behaviours_hold(env: AdapterEnv, app_id: str) -> None:
+    from pydantic_ai.conversation_store import InMemoryConversationStore
+
+    agent = make_agent(Script())
+
+    async def scenario() -> None:
+        result = await run_turns(agent, InMemoryConversationStore(), "x", ["one", "two", "three"])
+        messages = list(result.messages)
+        expected = await store_story(InMemoryConversationStore(), messages, app_id)
+        assert await store_story(store_of(env), messages, app_id) == expected
+
+    env.run(scenario())

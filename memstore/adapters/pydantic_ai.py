@@ -27,9 +27,10 @@ timestamps, run ids, usage, model name, instructions...) in ``metadata["pydantic
 ``load(conversation_id, limit=k)`` is one bounded read of the edge-checked window of the newest
 rows holding the last ``k`` messages (memstore's loader): it never starts inside a tool exchange,
 so it may hold more than ``k`` messages, and its first message may be a ``ModelRequest`` without
-the tool returns that answered calls left outside the window. A call whose return was never
-stored (a run that died mid-tool) gets a synthetic error return (a separate ``ModelRequest``),
-except in the newest response, whose calls a paused run may still be waiting on (deferred tools).
+the tool returns that answered calls left outside the window. In a window, a call whose return
+was never stored (a run that died mid-tool) gets a synthetic error return (one ``ModelRequest``
+per tool group, never stored), except in the newest response, whose calls a paused run may still
+be waiting on (deferred tools). ``load`` without a limit returns the history exactly as stored.
 
 The records (revision, usage, scope, head, branches, deferred tool requests) live in the
 ``pydantic_ai_conversations`` table and the entry locations in ``pydantic_ai_entries`` (migration

@@ -58,7 +58,7 @@ from sqlalchemy.exc import IntegrityError
 from memstore.adapters._extras import missing_extra
 
 try:
-    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors import StaleSessionError
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event

@@ -56,13 +56,13 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from pydantic import TypeAdapter
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from memstore.adapters._extras import missing_extra
 
 try:
-    from pydantic import TypeAdapter
     from pydantic_ai.conversation_store import (
         ConversationConflict,
         ConversationEntry,
@@ -91,6 +91,7 @@ from memstore.adapters._history import (
     insert_messages,
     opaque,
 )
+from memstore.core.inputs import normalize_app_id
 from memstore.core.loader import RowRequest, run_steps, window_steps
 from memstore.core.window import StoredMessage, is_synthetic, select_window
 from memstore.messages import (
@@ -609,8 +610,6 @@ class MemstoreConversationStore(ConversationStore):
         new_entries: list[ConversationEntry],
         expected_revision: str | None,
     ) -> None:
-        from memstore.core.inputs import normalize_app_id
-
         store = self._sync()
         app_id = normalize_app_id(record.conversation_id, what="conversation_id")
         if new_entries:  # a history continuing from a synthetic entry continues before it

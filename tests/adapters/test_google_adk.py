@@ -14,7 +14,7 @@ import sqlalchemy as sa
 pytest.importorskip("google.adk")
 
 from google.adk.agents import LlmAgent
-from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.models.base_llm import BaseLlm

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -528,5 +529,27 @@ def test_the_in_memory_store_behaviours_hold(env: AdapterEnv, app_id: str) -> No
         messages = list(result.messages)
         expected = await store_story(InMemoryConversationStore(), messages, app_id)
         assert await store_story(store_of(env), messages, app_id) == expected
+
+    env.run(scenario())
+
+
+def test_concurrent_saves_of_one_revision_let_exactly_one_win(env: AdapterEnv, app_id: str) -> None:
+    agent = make_agent(Script())
+
+    async def scenario() -> None:
+        await run_turns(agent, store_of(env), app_id, ["one"])
+        stores = [store_of(env) for _ in range(4)]
+        loaded = [await store.load(app_id) for store in stores]
+        results = [await agent.run(f"turn {i}", conversation=c) for i, c in enumerate(loaded)]
+        outcomes = await asyncio.gather(
+            *(store.save(result) for store, result in zip(stores, results, strict=True)),
+            return_exceptions=True,
+        )
+        assert sum(isinstance(o, ConversationConflict) for o in outcomes) == len(stores) - 1
+        winner = next(r for r, o in zip(results, outcomes, strict=True) if isinstance(o, list))
+        stored = await store_of(env).load(app_id)
+        assert stored is not None and stored.messages == winner.conversation.messages
+        entries = count_rows(env, conversation_entries, conversation_entries.c.app_id, app_id)
+        assert entries == len(stored.messages)  # the losers left no entry behind
 
     env.run(scenario())

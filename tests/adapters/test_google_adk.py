@@ -307,3 +307,27 @@ def test_missing_google_adk_names_the_install_line(monkeypatch: pytest.MonkeyPat
         __import__(module)
     assert raised.value.install == "pip install 'memstore[google-adk]'"
     monkeypatch.delitem(sys.modules, module, raising=False)
+
+
+def test_concurrent_appends_to_one_loaded_session_let_one_win(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        created = await service_of(env).create_session(app_name=APP, user_id=USER)
+        services = [service_of(env) for _ in range(4)]
+        sessions = [
+            await service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+            for service in services
+        ]
+        outcomes = await asyncio.gather(
+            *(
+                service.append_event(session, Event(author="user", content=text(f"hi {i}")))
+                for i, (service, session) in enumerate(zip(services, sessions, strict=True))
+            ),
+            return_exceptions=True,
+        )
+        assert sum(isinstance(o, StaleSessionError) for o in outcomes) == len(services) - 1
+        stored = await service_of(env).get_session(
+            app_name=APP, user_id=USER, session_id=created.id
+        )
+        assert stored is not None and len(stored.events) == 1
+
+    env.run(scenario())

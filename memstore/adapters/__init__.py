@@ -6,9 +6,13 @@
 * :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory`: langchain-core's
   ``BaseChatMessageHistory`` (``pip install 'memstore[langchain]'``);
 * :class:`~memstore.adapters.openai_agents.MemstoreSession`: the OpenAI Agents SDK's ``Session``
-  (``pip install 'memstore[openai-agents]'``).
+  (``pip install 'memstore[openai-agents]'``);
+* :class:`~memstore.adapters.pydantic_ai.MemstoreConversationStore`: pydantic-ai's
+  ``ConversationStore`` (``pip install 'memstore[pydantic-ai]'``);
+* :class:`~memstore.adapters.google_adk.MemstoreSessionService`: Google ADK's
+  ``BaseSessionService`` (``pip install 'memstore[google-adk]'``).
 
-Both take a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
+Each takes a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
 names are imported lazily: touching one whose framework is missing raises
 :class:`~memstore.errors.MissingExtraError` with the ``pip install`` line, and importing this
 package alone never imports a framework.
@@ -20,12 +24,16 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from memstore.adapters.google_adk import MemstoreSessionService
     from memstore.adapters.langchain import MemstoreChatMessageHistory
     from memstore.adapters.openai_agents import MemstoreSession
+    from memstore.adapters.pydantic_ai import MemstoreConversationStore
 
 _EXPORTS = {
     "MemstoreChatMessageHistory": "memstore.adapters.langchain",
     "MemstoreSession": "memstore.adapters.openai_agents",
+    "MemstoreConversationStore": "memstore.adapters.pydantic_ai",
+    "MemstoreSessionService": "memstore.adapters.google_adk",
 }
 
 
@@ -36,4 +44,9 @@ def __getattr__(name: str) -> object:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["MemstoreChatMessageHistory", "MemstoreSession"]
+__all__ = [
+    "MemstoreChatMessageHistory",
+    "MemstoreConversationStore",
+    "MemstoreSession",
+    "MemstoreSessionService",
+]

@@ -17,12 +17,16 @@ from memstore.errors import MissingExtraError
 EXTRAS: dict[str, str] = {
     "langchain": "langchain-core",
     "openai-agents": "openai-agents",
+    "pydantic-ai": "pydantic-ai-slim",
+    "google-adk": "google-adk",
 }
 """Extra name -> the distribution it installs (see ``[project.optional-dependencies]``)."""
 
 ADAPTER_MODULES: dict[str, str] = {
     "langchain": "memstore.adapters.langchain",
     "openai-agents": "memstore.adapters.openai_agents",
+    "pydantic-ai": "memstore.adapters.pydantic_ai",
+    "google-adk": "memstore.adapters.google_adk",
 }
 
 

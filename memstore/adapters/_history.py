@@ -245,6 +245,23 @@ def _delete_own_display_row(
             return
 
 
+def insert_messages(
+    conn: Connection, store: MemoryStore, app_id: str, batch: Sequence[Message], user_id: str | None
+) -> tuple[list[int], list[Any]]:
+    """Insert ``batch`` (both histories) in the caller's transaction, after
+    :func:`resolve_results`; return the row ids and the entries for the cached window (to
+    append once the transaction committed)."""
+    wanted = unanswered_in_batch(batch)
+    stored = _requested_tools(conn, app_id, wanted) if wanted else {}
+    resolved = resolve_results(batch, stored)
+    plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
+    if plan.original_rows:
+        conn.execute(original.insert(), plan.original_rows)
+    if plan.display_rows:
+        conn.execute(display.insert(), plan.display_rows)
+    return plan.message_ids, list(plan.cache_entries)
+
+
 # -- async keyset paging ---------------------------------------------------------------------------
 
 

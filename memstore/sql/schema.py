@@ -129,3 +129,78 @@ tool_executions = sa.Table(
 """Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
 key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
 and the first successful result (or the last failure's text)."""
+
+CONVERSATIONS_TABLE = "pydantic_ai_conversations"
+ENTRIES_TABLE = "pydantic_ai_entries"
+MAX_ENTRY_ID_CHARS = 128
+MAX_SCOPE_CHARS = 255
+
+conversations = sa.Table(
+    CONVERSATIONS_TABLE,
+    metadata,
+    sa.Column("conversation_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("scope", ExactString(MAX_SCOPE_CHARS), nullable=True),
+    sa.Column("revision", ExactString(MAX_ENTRY_ID_CHARS), nullable=False),
+    sa.Column("head_id", ExactString(MAX_ENTRY_ID_CHARS), nullable=True),
+    sa.Column("record", long_text(), nullable=False),
+    sa.Column("updated_at", timestamp(), nullable=False),
+    sa.Index("ix_pydantic_ai_conversations_scope_updated_at", "scope", "updated_at"),
+    sa.Index("ix_pydantic_ai_conversations_updated_at", "updated_at"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""pydantic-ai's per-conversation record (``memstore.adapters.pydantic_ai``): the revision the
+compare-and-swap checks, the scope, the head entry, and the rest of the record as JSON (usage,
+deferred tool requests, branches, fork origin)."""
+
+conversation_entries = sa.Table(
+    ENTRIES_TABLE,
+    metadata,
+    sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("entry_id", ExactString(MAX_ENTRY_ID_CHARS), primary_key=True),
+    sa.Column("owner", ExactString(MAX_ID_CHARS), nullable=False),
+    sa.Column("parent_id", ExactString(MAX_ENTRY_ID_CHARS), nullable=True),
+    sa.Column("depth", sa.Integer(), nullable=False),
+    sa.Column("first_row", sa.BigInteger(), nullable=False),
+    sa.Column("last_row", sa.BigInteger(), nullable=False),
+    sa.Column("row_count", sa.Integer(), nullable=False),
+    sa.Index("ix_pydantic_ai_entries_entry_id", "entry_id"),
+    sa.Index("ix_pydantic_ai_entries_app_id_depth", "app_id", "depth"),
+    sa.Index("ix_pydantic_ai_entries_owner", "owner"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""Where each pydantic-ai conversation entry (one ``ModelMessage``) lives: the app whose
+original history holds its rows (``first_row``..``last_row``, ``row_count`` rows), its parent
+entry and its depth on the path from the first message. An entry may live in several apps
+(a fork or a branch switch copies the rows of its path); ``owner`` is the conversation whose
+delete removes the location."""
+
+ADK_STATE_TABLE = "adk_state"
+ADK_STATE_SCOPES = ("app", "user", "session")
+
+adk_state = sa.Table(
+    ADK_STATE_TABLE,
+    metadata,
+    sa.Column("scope", sa.String(16), primary_key=True),
+    sa.Column("app_name", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("user_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("session_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("history_app_id", ExactString(MAX_ID_CHARS), nullable=True),
+    sa.Column("state", long_text(), nullable=False),
+    sa.Column("revision", sa.Integer(), nullable=False),
+    sa.Column("updated_at", timestamp(), nullable=False),
+    sa.Index(
+        "ix_adk_state_scope_app_name_user_id_updated_at",
+        "scope",
+        "app_name",
+        "user_id",
+        "updated_at",
+    ),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""Google ADK state (``memstore.adapters.google_adk``): one row per app (``user_id`` and
+``session_id`` empty), per user of an app (``session_id`` empty) and per session, each with its
+state as JSON; a session row also names the app id of its events in the original history and
+carries the revision that ADK's stale-session check compares."""

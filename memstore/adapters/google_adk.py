@@ -1,0 +1,569 @@
+"""Google ADK session service on memstore: ``pip install 'memstore[google-adk]'``.
+
+The one-line switch (instead of ``DatabaseSessionService(db_url)``)::
+
+    session_service = MemstoreSessionService(store)   # a MemoryStore or an AsyncMemoryStore
+    runner = Runner(agent=agent, app_name="weather", session_service=session_service)
+
+Each session's events are rows of the original history under an app id of their own
+(``adk-<digest of app name, user id, session id>``), so the window, the loader's edge check,
+``memstore check`` and the display history see them like any other conversation:
+
+* an event with function calls -> one AI row (its text parts as text, each call a tool request,
+  arguments as canonical JSON);
+* an event with function responses -> one tool result per response (the response as JSON,
+  ``is_error`` when it has an ``error`` key);
+* a text event -> a user message (author ``user``) or an AI message;
+* anything else (state-only events, transfers, thoughts only...) -> an opaque row.
+
+Every row carries its event (all fields but the content parts) and its own parts in
+``metadata["google_adk"]``, so ``get_session`` returns events equal to the appended ones.
+
+``get_session(config=GetSessionConfig(num_recent_events=n))`` returns the events of the
+edge-checked window of about ``n`` rows (memstore's loader): it never starts inside a function
+call / response pair, so it may hold more than ``n`` events. A call whose response was never
+stored (a run killed mid-tool) is answered by a synthetic error response event (author and
+invocation of the call), except calls the event marks long-running, which ADK resumes itself.
+``after_timestamp`` is applied to the events of that window.
+
+State lives in memstore's ``adk_state`` table (migration 0004): app state, user state and
+session state, one JSON row each. Each session row has a revision: ``append_event`` on a
+session object loaded before another append raises ADK's ``StaleSessionError`` and writes
+nothing. ``delete_session`` removes the session row and purges its events from both histories
+and the cached window. With ``state_service`` (any ADK ``BaseSessionService``) the sessions and
+their state live there instead: events are appended to it without their content (their state
+deltas and actions only), so its own stale check guards the appends, and memstore keeps the
+content.
+
+All work runs in a worker thread on a synchronous store (an ``AsyncMemoryStore``'s twin, see
+:mod:`memstore.adapters._history`), one transaction per append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from memstore.adapters._extras import missing_extra
+
+try:
+    from google.adk.errors import StaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events.event import Event
+    from google.adk.sessions import _session_util
+    from google.adk.sessions.base_session_service import (
+        BaseSessionService,
+        GetSessionConfig,
+        ListSessionsResponse,
+    )
+    from google.adk.sessions.session import Session
+    from google.adk.sessions.state import State
+    from google.genai import types
+except ImportError as error:
+    raise missing_extra("google-adk", error) from error
+
+from memstore.adapters._history import Store, StoreAccess, _finish, insert_messages, opaque
+from memstore.core.inputs import normalize_user_id
+from memstore.core.window import is_synthetic, select_window
+from memstore.errors import InvalidAppIdError
+from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
+from memstore.sql.engine import translated_errors
+from memstore.sql.repository import purge_statements
+from memstore.sql.schema import adk_state
+from memstore.store import MemoryStore
+
+ADK_KEY = "google_adk"
+"""The ``metadata`` key holding a row's event fields and its content parts."""
+
+INTERRUPTED_EVENT_PREFIX = "memstore-interrupted-"
+"""Event id prefix of the synthetic responses of calls whose response was never stored."""
+
+__all__ = ["ADK_KEY", "MemstoreSessionService", "event_to_messages", "messages_to_events"]
+
+_WHOLE = 2**31
+"""A window size no session reaches: the edge check over every row."""
+
+
+def history_app_id(app_name: str, user_id: str, session_id: str) -> str:
+    """The memstore app id of a session's events."""
+    digest = hashlib.sha256(json.dumps([app_name, user_id, session_id]).encode()).hexdigest()
+    return f"adk-{digest[:48]}"
+
+
+# -- events <-> canonical rows ---------------------------------------------------------------------
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def event_to_messages(event: Event) -> list[Message]:
+    """The canonical rows of one event, each carrying its parts in ``metadata``."""
+    data = event.model_dump(mode="json", exclude_none=True)
+    content = data.get("content")
+    parts: list[Any] = content.pop("parts", []) if isinstance(content, dict) else []
+    live = event.content.parts if event.content is not None and event.content.parts else []
+
+    def meta(indexes: Sequence[int]) -> dict[str, Any]:
+        return {ADK_KEY: {"event": data, "parts": [[i, parts[i]] for i in indexes]}}
+
+    every = list(range(len(parts)))
+    texts = [p.text for p in live if p.text and not p.thought]
+    calls = [(i, p.function_call) for i, p in enumerate(live) if p.function_call is not None]
+    responses = [
+        (i, p.function_response) for i, p in enumerate(live) if p.function_response is not None
+    ]
+    if calls and all(call.id and call.name for _, call in calls):
+        requests = [
+            ToolRequest(id=call.id or "", name=call.name or "", arguments=_canonical(call.args))
+            for _, call in calls
+        ]
+        return [
+            AiMessage(text="".join(texts) or None, tool_requests=requests, metadata=meta(every))
+        ]
+    if responses and all(response.id and response.name for _, response in responses):
+        rows: list[Message] = []
+        others = [i for i in every if i not in {index for index, _ in responses}]
+        for n, (index, response) in enumerate(responses):
+            body = response.response or {}
+            rows.append(
+                ToolResult(
+                    id=response.id or "",
+                    tool_name=response.name or "",
+                    text=_canonical(body),
+                    is_error="error" in body,
+                    metadata=meta([index, *others] if n == 0 else [index]),
+                )
+            )
+        return rows
+    if texts:
+        if event.author == "user":
+            return [UserMessage(text="".join(texts), metadata=meta(every))]
+        return [AiMessage(text="".join(texts), metadata=meta(every))]
+    return [opaque(meta(every))]
+
+
+@dataclass
+class _Building:
+    event_id: str
+    data: dict[str, Any]
+    parts: dict[int, Any] = field(default_factory=dict)
+
+
+def _interrupted(result: ToolResult, call: Event | None) -> Event:
+    response = types.FunctionResponse(
+        id=result.id, name=result.tool_name, response={"error": result.text}
+    )
+    return Event(
+        id=f"{INTERRUPTED_EVENT_PREFIX}{result.id}",
+        author=call.author if call is not None else "user",
+        invocation_id=call.invocation_id if call is not None else "",
+        content=types.Content(role="user", parts=[types.Part(function_response=response)]),
+    )
+
+
+def messages_to_events(messages: Sequence[Message]) -> list[Event]:
+    """Regroup a window's rows into events; synthetic results become error response events
+    (but not for long-running calls); rows written by other means are skipped."""
+    pending: list[_Building | ToolResult] = []
+    for message in messages:
+        data = message.metadata.get(ADK_KEY)
+        if isinstance(data, dict):
+            event_id = data["event"].get("id", "")
+            last = pending[-1] if pending else None
+            if isinstance(last, _Building) and last.event_id == event_id:
+                last.parts.update((index, part) for index, part in data["parts"])
+            else:
+                building = _Building(event_id, data["event"])
+                building.parts.update((index, part) for index, part in data["parts"])
+                pending.append(building)
+        elif isinstance(message, ToolResult) and is_synthetic(message):
+            pending.append(message)
+    events: list[Event] = []
+    callers: dict[str, Event] = {}
+    for item in pending:
+        if isinstance(item, ToolResult):
+            caller = callers.get(item.id)
+            if caller is not None and item.id in (caller.long_running_tool_ids or set()):
+                continue
+            events.append(_interrupted(item, caller))
+            continue
+        body = copy.deepcopy(item.data)
+        if isinstance(body.get("content"), dict):
+            body["content"]["parts"] = [item.parts[i] for i in sorted(item.parts)]
+        event = Event.model_validate(body)
+        for call in event.get_function_calls():
+            if call.id:
+                callers[call.id] = event
+        events.append(event)
+    return events
+
+
+# -- state rows ------------------------------------------------------------------------------------
+
+
+def _key(scope: str, app_name: str, user_id: str = "", session_id: str = "") -> Any:
+    return sa.and_(
+        adk_state.c.scope == scope,
+        adk_state.c.app_name == app_name,
+        adk_state.c.user_id == user_id,
+        adk_state.c.session_id == session_id,
+    )
+
+
+def _state_of(conn: Connection, scope: str, *key: str) -> dict[str, Any]:
+    text = conn.execute(sa.select(adk_state.c.state).where(_key(scope, *key))).scalar()
+    return {} if text is None else dict(json.loads(text))
+
+
+def _merge_state(conn: Connection, scope: str, delta: dict[str, Any], *key: str) -> None:
+    """Apply ``delta`` to the app or user state row (created when missing)."""
+    now = datetime.now(timezone.utc)
+    row = conn.execute(
+        sa.select(adk_state.c.state, adk_state.c.revision).where(_key(scope, *key))
+    ).first()
+    if row is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    adk_state.insert().values(
+                        scope=scope,
+                        app_name=key[0],
+                        user_id=key[1] if len(key) > 1 else "",
+                        session_id="",
+                        state=json.dumps(delta),
+                        revision=1,
+                        updated_at=now,
+                    )
+                )
+            return
+        except IntegrityError:  # created concurrently: merge into it
+            row = conn.execute(
+                sa.select(adk_state.c.state, adk_state.c.revision).where(_key(scope, *key))
+            ).first()
+            assert row is not None
+    if not delta:
+        return
+    merged = {**json.loads(row.state), **delta}
+    conn.execute(
+        adk_state.update()
+        .where(_key(scope, *key))
+        .values(state=json.dumps(merged), revision=row.revision + 1, updated_at=now)
+    )
+
+
+def _stamp(value: datetime) -> float:
+    if value.tzinfo is None:  # MySQL DATETIME comes back naive (stored as UTC)
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()
+
+
+def _json_state(state: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(json.dumps(state, default=str)))
+
+
+# -- the service -----------------------------------------------------------------------------------
+
+
+class MemstoreSessionService(BaseSessionService):
+    """ADK's ``BaseSessionService`` with the events in memstore.
+
+    Args:
+        store: a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`
+            (migrated to head: the state table needs migration 0004).
+        state_service: an ADK session service to keep the sessions and their state in
+            instead of memstore's ``adk_state`` table.
+
+    Example::
+
+        service = MemstoreSessionService(store)
+        runner = Runner(agent=agent, app_name="weather", session_service=service)
+    """
+
+    def __init__(self, store: Store, state_service: BaseSessionService | None = None) -> None:
+        self._access = StoreAccess(store)
+        self.state_service = state_service
+
+    @property
+    def store(self) -> Store:
+        return self._access.store
+
+    def _sync(self) -> MemoryStore:
+        return self._access.sync_store()
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session (``AlreadyExistsError`` when the id is taken)."""
+        if self.state_service is not None:
+            return await self.state_service.create_session(
+                app_name=app_name, user_id=user_id, state=state, session_id=session_id
+            )
+        session_id = (session_id or "").strip() or uuid.uuid4().hex
+        return await asyncio.to_thread(
+            self._create_sync, app_name, user_id, session_id, _json_state(state or {})
+        )
+
+    def _create_sync(
+        self, app_name: str, user_id: str, session_id: str, state: dict[str, Any]
+    ) -> Session:
+        deltas = _session_util.extract_state_delta(state)
+        now = datetime.now(timezone.utc)
+        with translated_errors("creating a session"), self._sync().engine.begin() as conn:
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        adk_state.insert().values(
+                            scope="session",
+                            app_name=app_name,
+                            user_id=user_id,
+                            session_id=session_id,
+                            history_app_id=history_app_id(app_name, user_id, session_id),
+                            state=json.dumps(deltas["session"]),
+                            revision=1,
+                            updated_at=now,
+                        )
+                    )
+            except IntegrityError as error:
+                raise AlreadyExistsError(f"Session with id {session_id} already exists.") from error
+            _merge_state(conn, "app", deltas["app"], app_name)
+            _merge_state(conn, "user", deltas["user"], app_name, user_id)
+            merged = self._merged(conn, app_name, user_id, deltas["session"])
+        session = Session(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=merged,
+            last_update_time=now.timestamp(),
+        )
+        session._storage_update_marker = "1"
+        return session
+
+    @staticmethod
+    def _merged(
+        conn: Connection, app_name: str, user_id: str, session_state: dict[str, Any]
+    ) -> dict[str, Any]:
+        merged = dict(session_state)
+        for key, value in _state_of(conn, "app", app_name).items():
+            merged[State.APP_PREFIX + key] = value
+        for key, value in _state_of(conn, "user", app_name, user_id).items():
+            merged[State.USER_PREFIX + key] = value
+        return merged
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The session with the edge-checked window of its events (all of them without
+        ``config.num_recent_events``), or ``None``."""
+        session: Session | None
+        if self.state_service is not None:
+            session = await self.state_service.get_session(
+                app_name=app_name, user_id=user_id, session_id=session_id
+            )
+            if session is None:
+                return None
+        else:
+            session = await asyncio.to_thread(self._get_sync, app_name, user_id, session_id)
+            if session is None:
+                return None
+        recent = config.num_recent_events if config is not None else None
+        events = await asyncio.to_thread(
+            self._events_sync, history_app_id(app_name, user_id, session_id), recent
+        )
+        after = config.after_timestamp if config is not None else None
+        if after is not None:
+            events = [event for event in events if event.timestamp >= after]
+        session.events = events
+        return session
+
+    def _get_sync(self, app_name: str, user_id: str, session_id: str) -> Session | None:
+        with translated_errors("reading a session"), self._sync().engine.connect() as conn:
+            row = conn.execute(
+                sa.select(adk_state).where(_key("session", app_name, user_id, session_id))
+            ).first()
+            if row is None:
+                return None
+            merged = self._merged(conn, app_name, user_id, json.loads(row.state))
+        session = Session(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=merged,
+            last_update_time=_stamp(row.updated_at),
+        )
+        session._storage_update_marker = str(row.revision)
+        return session
+
+    def _events_sync(self, app_id: str, recent: int | None) -> list[Event]:
+        if recent == 0:
+            return []
+        store = self._sync()
+        if recent is not None:
+            return messages_to_events(store.load_window(app_id, recent, start_at_user=False))
+        rows = self._access.all_rows(app_id)
+        return messages_to_events(select_window(rows, _WHOLE).messages)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The sessions (without events; their own state), least recently updated first."""
+        if self.state_service is not None:
+            return await self.state_service.list_sessions(app_name=app_name, user_id=user_id)
+        return await asyncio.to_thread(self._list_sync, app_name, user_id)
+
+    def _list_sync(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
+        query = (
+            sa.select(adk_state)
+            .where(adk_state.c.scope == "session", adk_state.c.app_name == app_name)
+            .order_by(adk_state.c.updated_at)
+        )
+        if user_id is not None:
+            query = query.where(adk_state.c.user_id == user_id)
+        with translated_errors("listing sessions"), self._sync().engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return ListSessionsResponse(
+            sessions=[
+                Session(
+                    id=row.session_id,
+                    app_name=app_name,
+                    user_id=row.user_id,
+                    state=json.loads(row.state),
+                    last_update_time=_stamp(row.updated_at),
+                )
+                for row in rows
+            ]
+        )
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session and purge its events (both histories, cached window)."""
+        if self.state_service is not None:
+            await self.state_service.delete_session(
+                app_name=app_name, user_id=user_id, session_id=session_id
+            )
+        await _finish(asyncio.to_thread(self._delete_sync, app_name, user_id, session_id))
+
+    def _delete_sync(self, app_name: str, user_id: str, session_id: str) -> None:
+        store = self._sync()
+        app_id = history_app_id(app_name, user_id, session_id)
+        with translated_errors("deleting a session"), store.engine.begin() as conn:
+            conn.execute(adk_state.delete().where(_key("session", app_name, user_id, session_id)))
+            for statement in purge_statements(app_id):
+                conn.execute(statement)
+        store.cache.purge(app_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's state (keys without the ``user:`` prefix)."""
+        if self.state_service is not None:
+            return await self.state_service.get_user_state(app_name=app_name, user_id=user_id)
+        return await asyncio.to_thread(self._user_state_sync, app_name, user_id)
+
+    def _user_state_sync(self, app_name: str, user_id: str) -> dict[str, Any]:
+        with translated_errors("reading user state"), self._sync().engine.connect() as conn:
+            return _state_of(conn, "user", app_name, user_id)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Store the event (and its state delta) in one transaction, then add it to ``session``.
+
+        Raises:
+            StaleSessionError: another append changed the session since ``session`` was read
+                (nothing is written).
+            SessionNotFoundError: the session does not exist.
+        """
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        if self.state_service is not None:
+            return await self._append_wrapped(session, event)
+        marker = await _finish(asyncio.to_thread(self._append_sync, session, event))
+        session._storage_update_marker = marker
+        session.last_update_time = event.timestamp
+        return self._commit_event_to_session(session, event)
+
+    def _append_sync(self, session: Session, event: Event) -> str:
+        store = self._sync()
+        app_id = history_app_id(session.app_name, session.user_id, session.id)
+        delta = _json_state(dict(event.actions.state_delta or {})) if event.actions else {}
+        deltas = _session_util.extract_state_delta(delta)
+        batch = event_to_messages(event)
+        key = _key("session", session.app_name, session.user_id, session.id)
+        with translated_errors("appending an event"), store.engine.begin() as conn:
+            row = conn.execute(
+                sa.select(adk_state.c.state, adk_state.c.revision).where(key)
+            ).first()
+            if row is None:
+                raise SessionNotFoundError(f"Session {session.id} not found.")
+            marker = session._storage_update_marker
+            if marker is not None and marker != str(row.revision):
+                raise StaleSessionError(_STALE)
+            state = {**json.loads(row.state), **deltas["session"]}
+            changed = conn.execute(
+                adk_state.update()
+                .where(key, adk_state.c.revision == row.revision)
+                .values(
+                    state=json.dumps(state),
+                    revision=row.revision + 1,
+                    updated_at=datetime.fromtimestamp(event.timestamp, timezone.utc),
+                )
+            ).rowcount
+            if changed != 1:
+                raise StaleSessionError(_STALE)
+            if deltas["app"]:
+                _merge_state(conn, "app", deltas["app"], session.app_name)
+            if deltas["user"]:
+                _merge_state(conn, "user", deltas["user"], session.app_name, session.user_id)
+            _, cache_entries = insert_messages(conn, store, app_id, batch, _user(session.user_id))
+        store.cache.append(app_id, cache_entries)
+        return str(row.revision + 1)
+
+    async def _append_wrapped(self, session: Session, event: Event) -> Event:
+        """Append a content-free copy to the state service (its stale check and state), then
+        the event's rows to memstore."""
+        assert self.state_service is not None
+        shadow = event.model_copy(update={"content": None})
+        events_before = list(session.events)
+        await self.state_service.append_event(session, shadow)
+        session.events = events_before
+        app_id = history_app_id(session.app_name, session.user_id, session.id)
+        await self._access.aappend(app_id, event_to_messages(event), _user(session.user_id))
+        session.events.append(event)
+        return event
+
+
+_STALE = (
+    "The session was modified in storage since it was loaded; reload the session "
+    "(get_session) before appending."
+)
+
+
+def _user(user_id: str) -> str | None:
+    try:
+        return normalize_user_id(user_id)
+    except InvalidAppIdError:
+        return None

@@ -1,0 +1,333 @@
+"""Google ADK's session service on memstore, driven by a real Runner on every database."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+pytest.importorskip("google.adk")
+
+from google.adk.agents import LlmAgent
+from google.adk.errors import StaleSessionError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
+
+from memstore.adapters.google_adk import MemstoreSessionService, history_app_id
+from memstore.cache.keys import app_keys
+from memstore.errors import MissingExtraError
+from memstore.sql.schema import adk_state, display, original
+from tests.adapters.conftest import AdapterEnv
+from tests.conftest import redis_client
+
+APP = "calc"
+USER = "u1"
+
+RECEIVED: list[list[types.Content]] = []
+
+
+class Scripted(BaseLlm):
+    """Answers a user text with two parallel calls, function responses with text."""
+
+    model: str = "scripted"
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        RECEIVED.append(list(llm_request.contents))
+        last = llm_request.contents[-1]
+        if any(part.function_response for part in last.parts or []):
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="done")]))
+            return
+        n = len(llm_request.contents)
+        tool = "slow" if any("slow" in (part.text or "") for part in last.parts or []) else "add"
+        calls = [
+            types.FunctionCall(id=f"c{n}-{uuid.uuid4().hex[:6]}", name=tool, args={"a": n, "b": 1}),
+            types.FunctionCall(
+                id=f"c{n}-{uuid.uuid4().hex[:6]}", name="add", args={"a": 2, "b": n}
+            ),
+        ]
+        yield LlmResponse(
+            content=types.Content(
+                role="model",
+                parts=[
+                    types.Part(text=f"adding {n}"),
+                    *[types.Part(function_call=c) for c in calls],
+                ],
+            )
+        )
+
+
+def add(a: int, b: int) -> dict[str, int]:
+    """Add two numbers."""
+    return {"sum": a + b}
+
+
+SLOW_STARTED: dict[str, asyncio.Event] = {}
+"""Set by the slow tool when it starts (one event per test: events belong to one loop)."""
+
+
+async def slow(a: int, b: int) -> dict[str, int]:
+    """Add two numbers, slowly."""
+    SLOW_STARTED["started"].set()
+    await asyncio.sleep(3600)
+    return {"sum": a + b}
+
+
+def runner_of(service: MemstoreSessionService) -> Runner:
+    agent = LlmAgent(name="calc", model=Scripted(), tools=[add, slow])
+    return Runner(agent=agent, app_name=APP, session_service=service)
+
+
+def service_of(env: AdapterEnv, **kwargs: Any) -> MemstoreSessionService:
+    return MemstoreSessionService(env.store(), **kwargs)
+
+
+def text(value: str) -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=value)])
+
+
+async def turn(runner: Runner, session_id: str, prompt: str) -> list[Event]:
+    return [
+        event
+        async for event in runner.run_async(
+            user_id=USER, session_id=session_id, new_message=text(prompt)
+        )
+    ]
+
+
+def assert_paired(contents: Sequence[types.Content | Event]) -> None:
+    """Every response answers an earlier call; every call is answered."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for item in contents:
+        content = item.content if isinstance(item, Event) else item
+        for part in (content.parts if content is not None else None) or []:
+            if part.function_call is not None:
+                called.add(part.function_call.id or "")
+            if part.function_response is not None:
+                assert part.function_response.id in called, "a response without its call"
+                answered.add(part.function_response.id or "")
+    assert called == answered, f"calls without a response: {called - answered}"
+
+
+def call_ids(contents: Sequence[types.Content]) -> set[str]:
+    return {
+        part.function_call.id or ""
+        for content in contents
+        for part in content.parts or []
+        if part.function_call is not None
+    }
+
+
+def test_a_restart_continues_with_the_calls_and_responses(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER, state={"x": 1})
+        appended = await turn(runner_of(service), session.id, "one")
+        appended += await turn(runner_of(service), session.id, "two")
+        restarted = service_of(env)  # new store object, new service, new runner
+        RECEIVED.clear()
+        await turn(runner_of(restarted), session.id, "three")
+        first_request = RECEIVED[0]
+        assert call_ids(first_request) >= call_ids(
+            [event.content for event in appended if event.content is not None]
+        )
+        assert len(call_ids(first_request)) == 4
+        for request in RECEIVED:
+            assert_paired(request)
+        stored = await service_of(env).get_session(
+            app_name=APP, user_id=USER, session_id=session.id
+        )
+        assert stored is not None
+        mine = [event for event in stored.events if event.id in {e.id for e in appended}]
+        assert [e.model_dump() for e in mine] == [e.model_dump() for e in appended]
+        assert stored.state["x"] == 1
+
+    env.run(scenario())
+
+
+def test_every_num_recent_events_is_a_paired_window(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        for prompt in ("one", "two", "three"):
+            await turn(runner_of(service), session.id, prompt)
+        fresh = service_of(env)
+        whole = await fresh.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert whole is not None
+        stored = {event.id: event for event in whole.events}
+        for n in range(0, len(whole.events) + 2):
+            config = GetSessionConfig(num_recent_events=n)
+            window = await fresh.get_session(
+                app_name=APP, user_id=USER, session_id=session.id, config=config
+            )
+            assert window is not None
+            assert_paired(window.events)
+            assert window.events == whole.events[len(whole.events) - len(window.events) :]
+            for event in window.events:
+                assert event == stored[event.id]  # the stored responses, not synthesized
+            if n:
+                assert window.events and window.events[-1] == whole.events[-1]
+
+    env.run(scenario())
+
+
+def test_a_run_killed_mid_tool_gets_an_interrupted_response(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        started = SLOW_STARTED["started"] = asyncio.Event()
+        task = asyncio.ensure_future(turn(runner_of(service), session.id, "slow please"))
+        await asyncio.wait_for(started.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        RECEIVED.clear()
+        await turn(runner_of(service_of(env)), session.id, "are you there?")
+        request = RECEIVED[0]
+        assert_paired(request)
+        errors = [
+            part.function_response
+            for content in request
+            for part in content.parts or []
+            if part.function_response is not None
+            and "interrupted" in str((part.function_response.response or {}).get("error", ""))
+        ]
+        assert errors  # the killed call is answered with an error, not dropped or faked
+
+    env.run(scenario())
+
+
+def test_a_stale_append_raises_and_writes_nothing(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        service = service_of(env)
+        created = await service.create_session(app_name=APP, user_id=USER)
+        first = await service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+        second = await service_of(env).get_session(
+            app_name=APP, user_id=USER, session_id=created.id
+        )
+        assert first is not None and second is not None
+        await service.append_event(first, Event(author="user", content=text("hi")))
+        app_id = history_app_id(APP, USER, created.id)
+        rows = count(env, original, original.c.app_id, app_id)
+        late = Event(
+            author="user", content=text("late"), actions=EventActions(state_delta={"k": 1})
+        )
+        with pytest.raises(StaleSessionError):
+            await service.append_event(second, late)
+        assert count(env, original, original.c.app_id, app_id) == rows
+        again = await service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+        assert again is not None and "k" not in again.state
+        await service.append_event(again, late)  # reloaded: fine
+        assert (await service.get_session(app_name=APP, user_id=USER, session_id=created.id)).state[  # type: ignore[union-attr]
+            "k"
+        ] == 1
+
+    env.run(scenario())
+
+
+def test_state_scopes_listing_and_delete(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        base = env.store()
+        service = MemstoreSessionService(base)
+        one = await service.create_session(
+            app_name=APP, user_id=USER, state={"app:v": 1, "user:lang": "en", "s": "a"}
+        )
+        two = await service.create_session(app_name=APP, user_id=USER, session_id="fixed")
+        with pytest.raises(Exception, match="already exists"):
+            await service.create_session(app_name=APP, user_id=USER, session_id="fixed")
+        await turn(runner_of(service), one.id, "one")
+        loaded = await service.get_session(app_name=APP, user_id=USER, session_id=two.id)
+        assert loaded is not None
+        assert loaded.state == {"app:v": 1, "user:lang": "en"}
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"lang": "en"}
+        listed = await service.list_sessions(app_name=APP, user_id=USER)
+        assert {one.id, "fixed"} <= {s.id for s in listed.sessions}
+        app_id = history_app_id(APP, USER, one.id)
+        assert count(env, display, display.c.app_id, app_id) > 0  # shown like any append
+        await service.delete_session(app_name=APP, user_id=USER, session_id=one.id)
+        assert await service.get_session(app_name=APP, user_id=USER, session_id=one.id) is None
+        for table in (original, display):
+            assert count(env, table, table.c.app_id, app_id) == 0
+        assert count(env, adk_state, adk_state.c.session_id, one.id) == 0
+        if env.cache == "redis":
+            assert redis_client().exists(*app_keys(app_id)) == 0
+        window = (
+            await base.memory(app_id).messages() if env.is_async else base.memory(app_id).messages()
+        )
+        assert window == []
+        await service.delete_session(app_name=APP, user_id=USER, session_id="fixed")
+
+    env.run(scenario())
+
+
+def test_a_wrapped_state_service_keeps_the_state(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        states = InMemorySessionService()
+        service = service_of(env, state_service=states)
+        session = await service.create_session(app_name=APP, user_id=USER, state={"s": 1})
+        await turn(runner_of(service), session.id, "one")
+        RECEIVED.clear()
+        await turn(runner_of(service_of(env, state_service=states)), session.id, "two")
+        assert len(call_ids(RECEIVED[0])) == 2  # the first turn's calls, from memstore
+        assert_paired(RECEIVED[0])
+        inner = await states.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert inner is not None and inner.state["s"] == 1
+        assert all(event.content is None for event in inner.events)  # content only in memstore
+
+    env.run(scenario())
+
+
+def count(env: AdapterEnv, table: sa.Table, column: sa.Column[Any], value: str) -> int:
+    with env.sync_store().engine.connect() as conn:
+        query = sa.select(sa.func.count()).select_from(table).where(column == value)
+        return int(conn.execute(query).scalar_one())
+
+
+def test_missing_google_adk_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = "memstore.adapters.google_adk"
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    for name in [n for n in sys.modules if n == "google.adk" or n.startswith("google.adk.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "google.adk", None)
+    with pytest.raises(MissingExtraError) as raised:
+        __import__(module)
+    assert raised.value.install == "pip install 'memstore[google-adk]'"
+    monkeypatch.delitem(sys.modules, module, raising=False)
+
+
+def test_concurrent_appends_to_one_loaded_session_let_one_win(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        created = await service_of(env).create_session(app_name=APP, user_id=USER)
+        services = [service_of(env) for _ in range(4)]
+        sessions = [
+            await service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+            for service in services
+        ]
+        outcomes = await asyncio.gather(
+            *(
+                service.append_event(session, Event(author="user", content=text(f"hi {i}")))
+                for i, (service, session) in enumerate(zip(services, sessions, strict=True))
+            ),
+            return_exceptions=True,
+        )
+        assert sum(isinstance(o, StaleSessionError) for o in outcomes) == len(services) - 1
+        stored = await service_of(env).get_session(
+            app_name=APP, user_id=USER, session_id=created.id
+        )
+        assert stored is not None and len(stored.events) == 1
+
+    env.run(scenario())

@@ -133,7 +133,7 @@ _WHOLE = 2**31
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-_MESSAGE = TypeAdapter(ModelMessage)
+_MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _RECORD = TypeAdapter(ConversationRecord)
 
 

@@ -129,3 +129,16 @@ tool_executions = sa.Table(
 """Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
 key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
 and the first successful result (or the last failure's text)."""
+
+APP_LOCKS_TABLE = "memstore_app_locks"
+
+app_locks = sa.Table(
+    APP_LOCKS_TABLE,
+    metadata,
+    sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""One row per app that was written to, locked by every write of the app for its transaction,
+so writers of one app take turns: each reads the app's newest id and issues ids above it
+(``memstore.core.id_order``). It holds nothing else; a purge deletes it."""

@@ -100,9 +100,9 @@ class SnowflakeGenerator:
             raise ClockMovedBackwardsError(f"clock {now} ms is outside the snowflake range")
         after = max(self._last_id, floor)
         snowflake = smallest_id_above(after, clock_ms=now, worker_id=self.worker_id)
-        if id_timestamp_ms(snowflake) > now >= id_timestamp_ms(after):
-            # The millisecond the clock shows is used up: wait for the next one rather than
-            # run ahead of a clock that is not behind anybody.
+        if after == self._last_id and id_timestamp_ms(snowflake) > now >= id_timestamp_ms(after):
+            # This generator used up the millisecond the clock shows: wait for the next one
+            # rather than run ahead of its own clock. (Above somebody else's id it borrows.)
             now = self._wait_past(now)
             snowflake = smallest_id_above(after, clock_ms=now, worker_id=self.worker_id)
         elapsed = id_timestamp_ms(snowflake) - EPOCH_MS

@@ -38,11 +38,11 @@ from memstore.core.plans import (
     positive,
     purge_report,
     reload_report,
-    unknown_call_error,
 )
 from memstore.core.stream import turn_display
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
+from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
@@ -70,6 +70,7 @@ class AsyncMemoryStore(StoreBase):
         engine: an ``AsyncEngine`` to use instead of one built from ``settings.database_url``
             (the sync URL is mapped to an asyncio driver; see :mod:`memstore.sql.aio`).
         cache: an :class:`~memstore.cache.aio.AsyncWindowCache` instead of the default one.
+        id_generator: see :class:`memstore.MemoryStore`.
     """
 
     def __init__(
@@ -78,8 +79,9 @@ class AsyncMemoryStore(StoreBase):
         *,
         engine: AsyncEngine | None = None,
         cache: AsyncWindowCache | None = None,
+        id_generator: SnowflakeGenerator | None = None,
     ) -> None:
-        super().__init__(settings)
+        super().__init__(settings, id_generator)
         self._owns_engine = engine is None
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
@@ -121,22 +123,18 @@ class AsyncMemoryStore(StoreBase):
     ) -> list[int]:
         if not batch and not drafts:
             return []
+        plan = self._plan(app_id, user_id, batch, drafts)
         attempt = 0
         while True:
             attempt += 1
-            plan = self._plan(app_id, user_id, batch, drafts)
             try:
-                missing = await self._sql.insert(
-                    app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
-                )
+                ids = await self._sql.insert(app_id, plan, self._issue_ids)
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
-        if missing:
-            raise unknown_call_error(app_id, missing)
         if plan.cache_entries:
             await self.cache.append(app_id, plan.cache_entries)
-        return plan.message_ids
+        return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
         """An :class:`AsyncTurnCollector` for one streamed turn; use it with ``async with``."""

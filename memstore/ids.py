@@ -11,17 +11,37 @@ import threading
 import time
 from collections.abc import Callable
 
+from memstore.core.id_order import (
+    EPOCH_MS,
+    MAX_SEQUENCE,
+    MAX_TIMESTAMP,
+    MAX_WORKER_ID,
+    SEQUENCE_BITS,
+    TIMESTAMP_BITS,
+    TIMESTAMP_SHIFT,
+    WORKER_BITS,
+    WORKER_SHIFT,
+    id_timestamp_ms,
+    id_worker,
+    smallest_id_above,
+)
 from memstore.errors import ClockMovedBackwardsError, ConfigurationError
 
-EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
-TIMESTAMP_BITS = 41
-WORKER_BITS = 10
-SEQUENCE_BITS = 12
-MAX_WORKER_ID = (1 << WORKER_BITS) - 1
-MAX_SEQUENCE = (1 << SEQUENCE_BITS) - 1
-MAX_TIMESTAMP = (1 << TIMESTAMP_BITS) - 1
-WORKER_SHIFT = SEQUENCE_BITS
-TIMESTAMP_SHIFT = SEQUENCE_BITS + WORKER_BITS
+__all__ = [
+    "EPOCH_MS",
+    "MAX_SEQUENCE",
+    "MAX_TIMESTAMP",
+    "MAX_WORKER_ID",
+    "SEQUENCE_BITS",
+    "TIMESTAMP_BITS",
+    "TIMESTAMP_SHIFT",
+    "WORKER_BITS",
+    "WORKER_SHIFT",
+    "SnowflakeGenerator",
+    "id_timestamp_ms",
+    "id_worker",
+    "shared_generator",
+]
 
 
 def _wall_clock_ms() -> int:
@@ -32,9 +52,13 @@ class SnowflakeGenerator:
     """Thread-safe generator of snowflake ids for one worker id.
 
     ``clock`` returns Unix milliseconds and ``sleep`` takes seconds; both exist for tests.
-    When the clock steps back, the generator waits until it has caught up with the last
-    timestamp it used, for at most ``max_backwards_wait_ms``; a longer step raises
+    When the clock steps back, the generator waits until it has caught up with the newest
+    time it read, for at most ``max_backwards_wait_ms``; a longer step raises
     :class:`~memstore.errors.ClockMovedBackwardsError` instead of risking a duplicate.
+
+    ``next_ids(count, above=newest)`` issues ids greater than ``newest`` even when this
+    generator's clock is behind the writer of ``newest``: the ids then carry ``newest``'s
+    millisecond (or the next one) instead of the clock's, keeping this worker id.
     """
 
     def __init__(
@@ -52,53 +76,63 @@ class SnowflakeGenerator:
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
-        self._last_ms = -1
-        self._sequence = 0
+        self._clock_high_ms = -1
+        """The newest time the clock showed: a reading below it is the clock stepping back."""
+        self._last_id = -1
 
     def next_id(self) -> int:
         """Return the next id."""
         return self.next_ids(1)[0]
 
-    def next_ids(self, count: int) -> list[int]:
-        """Return ``count`` strictly increasing ids, reserved under one lock acquisition."""
+    def next_ids(self, count: int, above: int | None = None) -> list[int]:
+        """Return ``count`` strictly increasing ids, reserved under one lock acquisition, all
+        greater than ``above`` when it is given (an app's newest stored id)."""
+        floor = -1 if above is None else above
         ids: list[int] = []
         with self._lock:
             for _ in range(count):
-                ids.append(self._next_locked())
+                ids.append(self._next_locked(floor))
         return ids
 
-    def _next_locked(self) -> int:
+    def _next_locked(self, floor: int) -> int:
         now = self._current_ms()
-        if now == self._last_ms:
-            self._sequence = (self._sequence + 1) & MAX_SEQUENCE
-            if self._sequence == 0:
-                now = self._wait_past(self._last_ms)
-        else:
-            self._sequence = 0
-        self._last_ms = now
-        elapsed = now - EPOCH_MS
-        if not 0 <= elapsed <= MAX_TIMESTAMP:
+        if not 0 <= now - EPOCH_MS <= MAX_TIMESTAMP:
             raise ClockMovedBackwardsError(f"clock {now} ms is outside the snowflake range")
-        return (elapsed << TIMESTAMP_SHIFT) | (self.worker_id << WORKER_SHIFT) | self._sequence
+        after = max(self._last_id, floor)
+        snowflake = smallest_id_above(after, clock_ms=now, worker_id=self.worker_id)
+        if after == self._last_id and id_timestamp_ms(snowflake) > now >= id_timestamp_ms(after):
+            # This generator used up the millisecond the clock shows: wait for the next one
+            # rather than run ahead of its own clock. (Above somebody else's id it borrows.)
+            now = self._wait_past(now)
+            snowflake = smallest_id_above(after, clock_ms=now, worker_id=self.worker_id)
+        elapsed = id_timestamp_ms(snowflake) - EPOCH_MS
+        if not 0 <= elapsed <= MAX_TIMESTAMP:
+            raise ClockMovedBackwardsError(
+                f"time {id_timestamp_ms(snowflake)} ms is outside the snowflake range"
+            )
+        self._last_id = snowflake
+        return snowflake
 
     def _current_ms(self) -> int:
         now = self._clock()
-        if now >= self._last_ms:
+        if now >= self._clock_high_ms:
+            self._clock_high_ms = now
             return now
-        behind = self._last_ms - now
+        behind = self._clock_high_ms - now
         if behind > self._max_backwards_wait_ms:
             raise ClockMovedBackwardsError(
                 f"system clock moved back {behind} ms (more than the "
                 f"{self._max_backwards_wait_ms} ms this generator waits out); refusing to "
                 "issue ids that could repeat"
             )
-        return self._wait_until(self._last_ms, deadline_ms=self._max_backwards_wait_ms)
+        return self._wait_until(self._clock_high_ms, deadline_ms=self._max_backwards_wait_ms)
 
     def _wait_past(self, last_ms: int) -> int:
         now = self._clock()
         while now <= last_ms:
             self._sleep(0.0001)
             now = self._clock()
+        self._clock_high_ms = max(self._clock_high_ms, now)
         return now
 
     def _wait_until(self, target_ms: int, *, deadline_ms: int) -> int:
@@ -111,17 +145,8 @@ class SnowflakeGenerator:
                 )
             self._sleep(min(0.001 * (target_ms - now), 0.05))
             now = self._clock()
+        self._clock_high_ms = max(self._clock_high_ms, now)
         return now
-
-
-def id_timestamp_ms(snowflake: int) -> int:
-    """The Unix milliseconds encoded in ``snowflake``."""
-    return (snowflake >> TIMESTAMP_SHIFT) + EPOCH_MS
-
-
-def id_worker(snowflake: int) -> int:
-    """The worker id encoded in ``snowflake``."""
-    return (snowflake >> WORKER_SHIFT) & MAX_WORKER_ID
 
 
 _GENERATORS: dict[int, SnowflakeGenerator] = {}

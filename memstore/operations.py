@@ -14,10 +14,12 @@ from memstore.core.check import (
     RepairPlan,
     repair_plan,
 )
+from memstore.core.id_order import newest_of
 from memstore.core.rows import original_row
 from memstore.ids import shared_generator
 from memstore.sql import admin
 from memstore.sql.engine import translated_errors
+from memstore.sql.repository import lock_app_statement, newest_id_query
 from memstore.sql.schema import original
 from memstore.store import MemoryStore
 
@@ -52,6 +54,8 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
     generator = shared_generator(store.settings.worker_id)
     request_rows = {f.call_id: f.row_id for f in findings if f.code == UNANSWERED_REQUEST}
     with translated_errors("repairing history"), store.engine.begin() as conn:
+        conn.execute(lock_app_statement(conn.dialect.name, app_id))  # ids above the newest
+        newest = newest_of(*conn.execute(newest_id_query(app_id)).one())
         owner_query = sa.select(original.c.id, original.c.user_id).where(
             original.c.id.in_(list(request_rows.values()))
         )
@@ -59,7 +63,7 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
         rows = [
             original_row(row_id, app_id, owners.get(request_rows[answer.id]), answer, now)
             for row_id, answer in zip(
-                generator.next_ids(len(plan.answers)), plan.answers, strict=True
+                generator.next_ids(len(plan.answers), above=newest), plan.answers, strict=True
             )
         ]
         if rows:

@@ -33,10 +33,10 @@ from memstore.core.plans import (
     positive,
     purge_report,
     reload_report,
-    unknown_call_error,
 )
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
+from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
 from memstore.sql.engine import make_engine
@@ -57,6 +57,8 @@ class MemoryStore(StoreBase):
         engine: a SQLAlchemy engine to use instead of one built from ``settings.database_url``
             (the store then leaves disposing it to you).
         cache: a window cache to use instead of one built from ``settings.redis_url``.
+        id_generator: the snowflake id generator to use instead of the process-wide one for
+            ``settings.worker_id`` (for tests, e.g. a clock that is behind).
     """
 
     def __init__(
@@ -65,8 +67,9 @@ class MemoryStore(StoreBase):
         *,
         engine: Engine | None = None,
         cache: WindowCache | None = None,
+        id_generator: SnowflakeGenerator | None = None,
     ) -> None:
-        super().__init__(settings)
+        super().__init__(settings, id_generator)
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
         self._sql = SqlHistory(self.engine)
@@ -115,22 +118,18 @@ class MemoryStore(StoreBase):
         """Both histories in one transaction (one multi-row INSERT per table), then the cache."""
         if not batch and not drafts:
             return []
+        plan = self._plan(app_id, user_id, batch, drafts)
         attempt = 0
         while True:
             attempt += 1
-            plan = self._plan(app_id, user_id, batch, drafts)
             try:
-                missing = self._sql.insert(
-                    app_id, plan.original_rows, plan.display_rows, plan.unresolved_call_ids
-                )
+                ids = self._sql.insert(app_id, plan, self._issue_ids)
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
-        if missing:
-            raise unknown_call_error(app_id, missing)
         if plan.cache_entries:
             self.cache.append(app_id, plan.cache_entries)
-        return plan.message_ids
+        return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
         """A :class:`~memstore.collector.TurnCollector` for one streamed agent turn of the app.

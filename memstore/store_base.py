@@ -24,9 +24,11 @@ StoreT = TypeVar("StoreT", bound="StoreBase")
 class StoreBase:
     """The I/O-free half of a store."""
 
-    def __init__(self, settings: Settings | None) -> None:
+    def __init__(
+        self, settings: Settings | None, id_generator: SnowflakeGenerator | None = None
+    ) -> None:
         self.settings = settings or Settings()
-        self._ids: SnowflakeGenerator = shared_generator(
+        self._ids: SnowflakeGenerator = id_generator or shared_generator(
             self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
         )
         self._formatters: dict[str, ToolFormatter] = {}
@@ -52,16 +54,20 @@ class StoreBase:
         batch: Sequence[Message],
         drafts: Sequence[DisplayDraft],
     ) -> WritePlan:
-        """Check ``batch`` and lay out its rows with fresh ids."""
+        """Check ``batch`` and lay out its rows; the ids come from :meth:`_issue_ids`."""
         return plan_write(
             app_id,
             user_id,
             batch,
             drafts,
-            ids=self._ids.next_ids(len(batch) + len(drafts)),
             now=datetime.now(timezone.utc),
             max_text_bytes=self.settings.max_text_bytes,
         )
+
+    def _issue_ids(self, count: int, above: int) -> list[int]:
+        """``count`` fresh ids above ``above`` (the app's newest id, read in the write's
+        transaction)."""
+        return self._ids.next_ids(count, above=above)
 
     def _id_collided(self, attempt: int, error: IdCollisionError) -> None:
         """Called when attempt ``attempt`` of a write hit a taken id: retry, or give up."""

@@ -63,6 +63,7 @@ from memstore.sql.engine import translated_errors
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     in_app,
+    insert_plan,
     newest_rows_query,
     oldest_first_query,
     request_scan_query,
@@ -255,11 +256,8 @@ def insert_messages(
     stored = _requested_tools(conn, app_id, wanted) if wanted else {}
     resolved = resolve_results(batch, stored)
     plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
-    if plan.original_rows:
-        conn.execute(original.insert(), plan.original_rows)
-    if plan.display_rows:
-        conn.execute(display.insert(), plan.display_rows)
-    return plan.message_ids, list(plan.cache_entries)
+    ids = insert_plan(conn, app_id, plan, store._issue_ids) if plan.id_count else []
+    return ids, list(plan.cache_entries)
 
 
 # -- async keyset paging ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,16 +33,29 @@ def unanswered_in_batch(messages: Iterable[Message]) -> set[str]:
     return unresolved
 
 
+IdIssuer = Callable[[int, int], list[int]]
+"""``issue(count, above)``: ``count`` increasing snowflake ids, all greater than ``above``."""
+
+
 @dataclass(frozen=True, slots=True)
 class WritePlan:
-    """The rows of one append, and what the cache gets once they are committed."""
+    """The rows of one append, and what the cache gets once they are committed.
+
+    The rows carry no ids yet: those are issued inside the write transaction, above the
+    app's newest stored id (see :func:`rows_with_ids`).
+    """
 
     original_rows: list[dict[str, Any]]
     display_rows: list[dict[str, Any]]
     unresolved_call_ids: set[str]
-    """Result ids whose request must already be stored for the app (checked in the transaction)."""
+    """Result ids whose request must already be stored for the app, below the batch's ids
+    (checked in the transaction)."""
     cache_entries: list[WindowEntry]
-    message_ids: list[int]
+
+    @property
+    def id_count(self) -> int:
+        """How many ids the write needs: one per row of either history."""
+        return len(self.original_rows) + len(self.display_rows)
 
 
 def plan_write(
@@ -51,25 +64,27 @@ def plan_write(
     batch: Sequence[Message],
     drafts: Sequence[DisplayDraft],
     *,
-    ids: Sequence[int],
     now: datetime,
     max_text_bytes: int,
 ) -> WritePlan:
-    """Check ``batch`` against the limits and lay out its rows; ``ids`` has one id per row."""
+    """Check ``batch`` against the limits and lay out its rows (ids come later)."""
     check_messages(batch, max_text_bytes)
-    count = len(batch)
     return WritePlan(
-        original_rows=[
-            original_row(row_id, app_id, user_id, message, now)
-            for row_id, message in zip(ids[:count], batch, strict=True)
-        ],
-        display_rows=[
-            display_row(row_id, app_id, user_id, draft, now)
-            for row_id, draft in zip(ids[count:], drafts, strict=True)
-        ],
+        original_rows=[original_row(0, app_id, user_id, message, now) for message in batch],
+        display_rows=[display_row(0, app_id, user_id, draft, now) for draft in drafts],
         unresolved_call_ids=unanswered_in_batch(batch),
         cache_entries=[entry_for(message) for message in batch],
-        message_ids=list(ids[:count]),
+    )
+
+
+def rows_with_ids(
+    plan: WritePlan, ids: Sequence[int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The plan's original and display rows with ``ids`` (one per row, originals first)."""
+    count = len(plan.original_rows)
+    return (
+        [{**row, "id": i} for row, i in zip(plan.original_rows, ids[:count], strict=True)],
+        [{**row, "id": i} for row, i in zip(plan.display_rows, ids[count:], strict=True)],
     )
 
 

@@ -8,13 +8,13 @@ URLs are mapped to an asyncio driver: ``sqlite`` -> aiosqlite, ``postgresql`` ->
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
+from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
 from memstore.sql.engine import (
@@ -25,8 +25,11 @@ from memstore.sql.engine import (
 )
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
+    app_lock_delete,
     display_entry,
     history_query,
+    lock_app_statement,
+    newest_id_query,
     newest_rows_query,
     purge_statements,
     request_scan_query,
@@ -99,29 +102,33 @@ class AsyncSqlHistory:
                 result = await conn.execute(newest_rows_query(app_id, request))
                 return rows_to_messages(result.all())
 
-    async def insert(
-        self,
-        app_id: str,
-        original_rows: Sequence[dict[str, Any]],
-        display_rows: Sequence[dict[str, Any]],
-        unresolved_call_ids: set[str],
-    ) -> set[str]:
+    async def insert(self, app_id: str, plan: WritePlan, issue_ids: IdIssuer) -> list[int]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
+        if not plan.id_count:
+            return []
         with translated_errors("writing history"):
             async with self.engine.begin() as conn:
-                missing = await self._unrequested(conn, app_id, unresolved_call_ids)
+                await conn.execute(lock_app_statement(conn.dialect.name, app_id))
+                newest = (await conn.execute(newest_id_query(app_id))).one()
+                ids = issue_ids(plan.id_count, newest_of(*newest))
+                missing = await self._unrequested(
+                    conn, app_id, plan.unresolved_call_ids, below=ids[0]
+                )
                 if missing:
-                    return missing
+                    raise unknown_call_error(app_id, missing)
+                original_rows, display_rows = rows_with_ids(plan, ids)
                 if original_rows:
-                    await conn.execute(original.insert(), list(original_rows))
+                    await conn.execute(original.insert(), original_rows)
                 if display_rows:
-                    await conn.execute(display.insert(), list(display_rows))
-                return set()
+                    await conn.execute(display.insert(), display_rows)
+                return ids[: len(original_rows)]
 
     @staticmethod
-    async def _unrequested(conn: AsyncConnection, app_id: str, call_ids: set[str]) -> set[str]:
+    async def _unrequested(
+        conn: AsyncConnection, app_id: str, call_ids: set[str], below: int
+    ) -> set[str]:
         missing = set(call_ids)
-        before: int | None = None
+        before = below
         while missing:
             page = (await conn.execute(request_scan_query(app_id, before))).all()
             for row in page:
@@ -140,6 +147,7 @@ class AsyncSqlHistory:
     async def purge(self, app_id: str) -> tuple[int, int, int]:
         with translated_errors("purging history"):
             async with self.engine.begin() as conn:
+                await conn.execute(app_lock_delete(app_id))
                 counts = [
                     (await conn.execute(statement)).rowcount
                     for statement in purge_statements(app_id)

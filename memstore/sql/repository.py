@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
+from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
+from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.core.rows import TOOL_REQUEST, decode_payload
 from memstore.core.window import StoredMessage
+from memstore.errors import ConfigurationError
 from memstore.reports import DisplayEntry
 from memstore.sql.engine import translated_errors
-from memstore.sql.schema import display, original, tool_executions
+from memstore.sql.schema import app_locks, display, original, tool_executions
 
 REQUEST_SCAN_PAGE = 200
 
@@ -71,8 +75,48 @@ def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     return out
 
 
+def lock_app_statement(dialect: str, app_id: str) -> sa.Executable:
+    """Create or lock the app's row of ``memstore_app_locks`` until the transaction ends.
+
+    It is the first statement of every write, so writers of one app take turns from here on
+    (on SQLite a write as the first statement also takes the database's write lock, waiting
+    out other writers, so the reads that follow see every committed write).
+    """
+    if dialect in ("postgresql", "sqlite"):
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        upsert = insert(app_locks).values(app_id=app_id)
+        return upsert.on_conflict_do_update(
+            index_elements=[app_locks.c.app_id], set_={"app_id": upsert.excluded.app_id}
+        )
+    if dialect in ("mysql", "mariadb"):
+        mysql_upsert = mysql.insert(app_locks).values(app_id=app_id)
+        return mysql_upsert.on_duplicate_key_update(app_id=mysql_upsert.inserted.app_id)
+    raise ConfigurationError(f"memstore does not support the {dialect!r} database")
+
+
+def newest_id_query(app_id: str) -> sa.Select[Any]:
+    """The app's newest id in each history (``None`` for an empty one), deleted rows
+    included: one row, two index lookups."""
+
+    def newest(table: sa.Table) -> sa.ScalarSelect[Any]:
+        return (
+            sa.select(table.c.id)
+            .where(in_app(table, app_id))
+            .order_by(*newest_first(table))
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    return sa.select(newest(original), newest(display))
+
+
+def app_lock_delete(app_id: str) -> sa.Delete:
+    """Delete the app's lock row (a purge's first statement, so it waits for writers)."""
+    return app_locks.delete().where(app_locks.c.app_id == app_id)
+
+
 def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
-    """One page of the app's tool-request rows, newest first."""
+    """One page of the app's tool-request rows below ``before_id``, newest first."""
     query = (
         sa.select(original.c.id, original.c.payload)
         .where(
@@ -127,6 +171,40 @@ def purge_statements(app_id: str) -> tuple[sa.Delete, sa.Delete, sa.Delete]:
     )
 
 
+def insert_plan(conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer) -> list[int]:
+    """Write the plan's rows in the caller's transaction; return the original rows' ids.
+
+    Locks the app (:func:`lock_app_statement`), reads its newest id and takes
+    ``issue_ids(plan.id_count, newest)``, so the new rows sort after every row of the app
+    written before. Every call id of ``plan.unresolved_call_ids`` must be requested by a row
+    of the app below the new ids, else :class:`~memstore.errors.UnknownToolCallError`.
+    """
+    conn.execute(lock_app_statement(conn.dialect.name, app_id))
+    ids = issue_ids(plan.id_count, newest_of(*conn.execute(newest_id_query(app_id)).one()))
+    missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
+    if missing:
+        raise unknown_call_error(app_id, missing)
+    original_rows, display_rows = rows_with_ids(plan, ids)
+    if original_rows:
+        conn.execute(original.insert(), original_rows)
+    if display_rows:
+        conn.execute(display.insert(), display_rows)
+    return ids[: len(original_rows)]
+
+
+def _unrequested(conn: Connection, app_id: str, call_ids: set[str], below: int) -> set[str]:
+    missing = set(call_ids)
+    before = below
+    while missing:
+        page = conn.execute(request_scan_query(app_id, before)).all()
+        for row in page:
+            missing.difference_update(requested_ids_in(row.payload))
+        if len(page) < REQUEST_SCAN_PAGE:
+            break
+        before = page[-1].id
+    return missing
+
+
 class SqlHistory:
     """The two history tables on one synchronous engine."""
 
@@ -138,40 +216,19 @@ class SqlHistory:
         with translated_errors("reading history"), self.engine.connect() as conn:
             return rows_to_messages(conn.execute(newest_rows_query(app_id, request)))
 
-    def insert(
-        self,
-        app_id: str,
-        original_rows: Sequence[dict[str, Any]],
-        display_rows: Sequence[dict[str, Any]],
-        unresolved_call_ids: set[str],
-    ) -> set[str]:
-        """Insert both batches in one transaction, after checking that every call id in
-        ``unresolved_call_ids`` is requested by an earlier row of the app.
+    def insert(self, app_id: str, plan: WritePlan, issue_ids: IdIssuer) -> list[int]:
+        """Write the plan's rows in one transaction; return the original rows' ids.
 
-        Returns the ids that are not (and then inserts nothing).
+        The transaction locks the app (:func:`lock_app_statement`), reads its newest id and
+        takes ``issue_ids(plan.id_count, newest)``, so the new rows sort after every row of
+        the app written before. Every call id of ``plan.unresolved_call_ids`` must be
+        requested by a row of the app below the new ids, else
+        :class:`~memstore.errors.UnknownToolCallError` and nothing is written.
         """
+        if not plan.id_count:
+            return []
         with translated_errors("writing history"), self.engine.begin() as conn:
-            missing = self._unrequested(conn, app_id, unresolved_call_ids)
-            if missing:
-                return missing
-            if original_rows:
-                conn.execute(original.insert(), list(original_rows))
-            if display_rows:
-                conn.execute(display.insert(), list(display_rows))
-            return set()
-
-    @staticmethod
-    def _unrequested(conn: Connection, app_id: str, call_ids: set[str]) -> set[str]:
-        missing = set(call_ids)
-        before: int | None = None
-        while missing:
-            page = conn.execute(request_scan_query(app_id, before)).all()
-            for row in page:
-                missing.difference_update(requested_ids_in(row.payload))
-            if len(page) < REQUEST_SCAN_PAGE:
-                break
-            before = page[-1].id
-        return missing
+            return insert_plan(conn, app_id, plan, issue_ids)
 
     def history(self, app_id: str, limit: int, before_id: int | None) -> list[DisplayEntry]:
         with translated_errors("reading display history"), self.engine.connect() as conn:
@@ -183,5 +240,6 @@ class SqlHistory:
         """Hard-delete the app's rows in one transaction; return the counts per table
         (original, display, tool executions)."""
         with translated_errors("purging history"), self.engine.begin() as conn:
+            conn.execute(app_lock_delete(app_id))
             a, b, c = (conn.execute(statement).rowcount for statement in purge_statements(app_id))
             return a, b, c

@@ -204,3 +204,16 @@ adk_state = sa.Table(
 ``session_id`` empty), per user of an app (``session_id`` empty) and per session, each with its
 state as JSON; a session row also names the app id of its events in the original history and
 carries the revision that ADK's stale-session check compares."""
+
+APP_LOCKS_TABLE = "memstore_app_locks"
+
+app_locks = sa.Table(
+    APP_LOCKS_TABLE,
+    metadata,
+    sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""One row per app that was written to, locked by every write of the app for its transaction,
+so writers of one app take turns: each reads the app's newest id and issues ids above it
+(``memstore.core.id_order``). It holds nothing else; a purge deletes it."""

@@ -36,12 +36,15 @@ class InsertCounter:
         self.original = 0
         self.display = 0
         self.other = 0
+        self.app_locks = 0  # every write first locks its app (memstore_app_locks)
 
     def __call__(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         head = statement.lstrip().upper()
         if not head.startswith("INSERT"):
             return
-        if "CHAT_HISTORY_ORIGINAL" in head.split("(")[0]:
+        if "MEMSTORE_APP_LOCKS" in head.split("(")[0]:
+            self.app_locks += 1
+        elif "CHAT_HISTORY_ORIGINAL" in head.split("(")[0]:
             self.original += 1
         elif "CHAT_HISTORY" in head.split("(")[0]:
             self.display += 1

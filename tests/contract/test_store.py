@@ -307,11 +307,11 @@ class _CollidingIds:
         self._taken = list(taken)
         self._real = real
 
-    def next_ids(self, count: int) -> list[int]:
+    def next_ids(self, count: int, above: int | None = None) -> list[int]:
         if self._taken:
             ids, self._taken = self._taken[:count], []
             return ids + self._real.next_ids(count - len(ids))  # type: ignore[attr-defined]
-        return self._real.next_ids(count)  # type: ignore[attr-defined]
+        return self._real.next_ids(count, above)  # type: ignore[attr-defined]
 
 
 def test_id_collision_is_retried_with_fresh_ids(

@@ -61,6 +61,7 @@ class StoreBase:
             ids=self._ids.next_ids(len(batch) + len(drafts)),
             now=datetime.now(timezone.utc),
             max_text_bytes=self.settings.max_text_bytes,
+            max_metadata_bytes=self.settings.max_metadata_bytes,
         )
 
     def _id_collided(self, attempt: int, error: IdCollisionError) -> None:

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from memstore.config import Settings
 from memstore.core.window import WindowEntry
-from memstore.messages import MESSAGE_LIST_ADAPTER, Message
+from memstore.messages import MESSAGE_LIST_ADAPTER, STORED, Message
 
 ID_SEPARATOR = "\x1f"
 HEADER_END = "\x1e"
@@ -83,4 +83,4 @@ def encode_entry(entry: WindowEntry) -> bytes:
 def decode_entries(raw: Sequence[bytes]) -> list[Message]:
     """Decode a whole window in one validation pass."""
     bodies = [item[item.index(b"\x1e") + 1 :] for item in raw]
-    return MESSAGE_LIST_ADAPTER.validate_json(b"[" + b",".join(bodies) + b"]")
+    return MESSAGE_LIST_ADAPTER.validate_json(b"[" + b",".join(bodies) + b"]", context=STORED)

@@ -10,9 +10,15 @@ from typing import Any
 
 from memstore.core.display import DisplayDraft
 from memstore.core.inputs import check_messages
+from memstore.core.metadata import DEFAULT_MAX_METADATA_BYTES, MetadataError, metadata_size
 from memstore.core.rows import display_row, original_row
 from memstore.core.window import Window, WindowEntry, entry_for
-from memstore.errors import InvalidInputError, UnknownToolCallError
+from memstore.errors import (
+    InvalidInputError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    UnknownToolCallError,
+)
 from memstore.messages import AiMessage, Message, ToolResult
 from memstore.reports import PurgeReport, ReloadReport
 
@@ -54,9 +60,11 @@ def plan_write(
     ids: Sequence[int],
     now: datetime,
     max_text_bytes: int,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
 ) -> WritePlan:
     """Check ``batch`` against the limits and lay out its rows; ``ids`` has one id per row."""
     check_messages(batch, max_text_bytes)
+    check_metadata(batch, max_metadata_bytes)
     count = len(batch)
     return WritePlan(
         original_rows=[
@@ -71,6 +79,23 @@ def plan_write(
         cache_entries=[entry_for(message) for message in batch],
         message_ids=list(ids[:count]),
     )
+
+
+def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None:
+    """Raise before writing when a message's metadata is over the limit (compact JSON, UTF-8
+    bytes) or, having bypassed construction checks, is not JSON data."""
+    for position, message in enumerate(messages):
+        if not message.metadata:
+            continue
+        try:
+            size = metadata_size(message.metadata)
+        except MetadataError as error:
+            raise InvalidMessageError(f"message {position} ({message.type}): {error}") from None
+        if size > max_metadata_bytes:
+            raise MessageTooLargeError(
+                f"message {position} ({message.type}) metadata is {size} bytes; "
+                f"the limit is {max_metadata_bytes} bytes"
+            )
 
 
 def unknown_call_error(app_id: str, missing: set[str]) -> UnknownToolCallError:

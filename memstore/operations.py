@@ -16,7 +16,7 @@ from memstore.core.check import (
 )
 from memstore.core.rows import original_row
 from memstore.ids import shared_generator
-from memstore.sql import admin
+from memstore.sql import admin, generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.schema import original
 from memstore.store import MemoryStore
@@ -52,6 +52,7 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
     generator = shared_generator(store.settings.worker_id)
     request_rows = {f.call_id: f.row_id for f in findings if f.code == UNANSWERED_REQUEST}
     with translated_errors("repairing history"), store.engine.begin() as conn:
+        generation.bump(conn, app_id)
         owner_query = sa.select(original.c.id, original.c.user_id).where(
             original.c.id.in_(list(request_rows.values()))
         )

@@ -58,6 +58,7 @@ from memstore.core.rows import decode_payload, encode_payload, message_type
 from memstore.core.window import StoredMessage
 from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
+from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import (
@@ -200,6 +201,7 @@ def _pop_once(
                 if deleted != 1:
                     return _PopAttempt(done=False)
                 _delete_own_display_row(conn, app_id, row, formatters)
+                generation.bump(conn, app_id)
                 return _PopAttempt(done=True, popped=row)
             changed = conn.execute(
                 original.update()
@@ -213,6 +215,7 @@ def _pop_once(
             ).rowcount
             if changed != 1:
                 return _PopAttempt(done=False)
+            generation.bump(conn, app_id)
             return _PopAttempt(done=True, popped=row)
         if len(page) < POP_SCAN_ROWS:
             return _PopAttempt(done=True)

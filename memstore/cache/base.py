@@ -37,6 +37,9 @@ class CachedWindow:
 
     messages: list[Message] | None
     version: str
+    generation: int | None = None
+    """The app's SQL generation the window was built at (the in-process cache keeps it, so
+    the store can tell a window that misses another process's write; ``None`` elsewhere)."""
 
 
 class WindowCache(Protocol):

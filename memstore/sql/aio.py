@@ -16,7 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from memstore.core.loader import RowRequest
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
+from memstore.sql import generation
 from memstore.sql.engine import install_sqlite_pragmas, sqlite_options, translated_errors
+from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     display_entry,
@@ -76,18 +78,26 @@ class AsyncSqlHistory:
         original_rows: Sequence[dict[str, Any]],
         display_rows: Sequence[dict[str, Any]],
         unresolved_call_ids: set[str],
-    ) -> set[str]:
+    ) -> tuple[set[str], GenerationStep | None]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         with translated_errors("writing history"):
             async with self.engine.begin() as conn:
                 missing = await self._unrequested(conn, app_id, unresolved_call_ids)
                 if missing:
-                    return missing
+                    return missing, None
+                step = None
                 if original_rows:
+                    step = await generation.abump(conn, app_id)
                     await conn.execute(original.insert(), list(original_rows))
                 if display_rows:
                     await conn.execute(display.insert(), list(display_rows))
-                return set()
+                return set(), step
+
+    async def generation(self, app_id: str) -> int:
+        """See :meth:`memstore.sql.repository.SqlHistory.generation`."""
+        with translated_errors("reading history"):
+            async with self.engine.connect() as conn:
+                return await generation.aread(conn, app_id)
 
     @staticmethod
     async def _unrequested(conn: AsyncConnection, app_id: str, call_ids: set[str]) -> set[str]:
@@ -111,6 +121,7 @@ class AsyncSqlHistory:
     async def purge(self, app_id: str) -> tuple[int, int, int]:
         with translated_errors("purging history"):
             async with self.engine.begin() as conn:
+                await generation.abump(conn, app_id)
                 counts = [
                     (await conn.execute(statement)).rowcount
                     for statement in purge_statements(app_id)

@@ -13,7 +13,9 @@ from memstore.core.loader import RowRequest
 from memstore.core.rows import TOOL_REQUEST, decode_payload
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
+from memstore.sql import generation
 from memstore.sql.engine import translated_errors
+from memstore.sql.generation import GenerationStep
 from memstore.sql.schema import display, original, tool_executions
 
 REQUEST_SCAN_PAGE = 200
@@ -144,21 +146,29 @@ class SqlHistory:
         original_rows: Sequence[dict[str, Any]],
         display_rows: Sequence[dict[str, Any]],
         unresolved_call_ids: set[str],
-    ) -> set[str]:
+    ) -> tuple[set[str], GenerationStep | None]:
         """Insert both batches in one transaction, after checking that every call id in
         ``unresolved_call_ids`` is requested by an earlier row of the app.
 
-        Returns the ids that are not (and then inserts nothing).
+        Returns the ids that are not (and then inserts nothing), and the app's generation
+        step when original rows were written.
         """
         with translated_errors("writing history"), self.engine.begin() as conn:
             missing = self._unrequested(conn, app_id, unresolved_call_ids)
             if missing:
-                return missing
+                return missing, None
+            step = None
             if original_rows:
+                step = generation.bump(conn, app_id)
                 conn.execute(original.insert(), list(original_rows))
             if display_rows:
                 conn.execute(display.insert(), list(display_rows))
-            return set()
+            return set(), step
+
+    def generation(self, app_id: str) -> int:
+        """The app's generation (see :mod:`memstore.sql.generation`)."""
+        with translated_errors("reading history"), self.engine.connect() as conn:
+            return generation.read(conn, app_id)
 
     @staticmethod
     def _unrequested(conn: Connection, app_id: str, call_ids: set[str]) -> set[str]:
@@ -183,5 +193,6 @@ class SqlHistory:
         """Hard-delete the app's rows in one transaction; return the counts per table
         (original, display, tool executions)."""
         with translated_errors("purging history"), self.engine.begin() as conn:
+            generation.bump(conn, app_id)
             a, b, c = (conn.execute(statement).rowcount for statement in purge_statements(app_id))
             return a, b, c

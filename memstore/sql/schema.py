@@ -129,3 +129,18 @@ tool_executions = sa.Table(
 """Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
 key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
 and the first successful result (or the last failure's text)."""
+
+GENERATION_TABLE = "chat_app_generation"
+
+app_generation = sa.Table(
+    GENERATION_TABLE,
+    metadata,
+    sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""One counter per app, raised by every transaction that changes the app's original history
+(append, purge, repair, pop). An in-process window cache compares it with the generation its
+window was built at, so a write by another process is never missed. Never deleted, so a
+counter never restarts and an old window can never match again."""

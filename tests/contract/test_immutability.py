@@ -170,8 +170,9 @@ def test_frozen_messages_still_behave_like_plain_data() -> None:
 def test_a_message_built_around_validation_is_frozen_at_the_store(
     store: MemoryStore, app_id: str
 ) -> None:
+    store.append(app_id, [UserMessage(text="first")])
+    store.memory(app_id).messages()  # a cached window exists: the append extends it
     sneaky = UserMessage(text="hi").model_copy(update={"metadata": {"tags": ["a"]}})
     store.append(app_id, [sneaky])
-    store.memory(app_id).messages()
     sneaky.metadata["tags"].append("ghost")
-    assert store.memory(app_id).messages()[0].metadata == {"tags": ["a"]}
+    assert store.memory(app_id).messages()[1].metadata == {"tags": ["a"]}

@@ -188,6 +188,9 @@ def _pop_once(
     fresh snapshot on MySQL's repeatable read). ``SELECT ... FOR UPDATE`` would make the loser
     on PostgreSQL see no row at all and wrongly report an empty session.
     """
+    # First, as every writer does: the generation row is the first lock a change of the app's
+    # history takes, so a pop and a purge of the same app cannot deadlock.
+    generation.bump(conn, app_id)
     before: int | None = None
     while True:
         page = conn.execute(newest_rows_query(app_id, RowRequest(POP_SCAN_ROWS, before))).all()
@@ -201,7 +204,6 @@ def _pop_once(
                 if deleted != 1:
                     return _PopAttempt(done=False)
                 _delete_own_display_row(conn, app_id, row, formatters)
-                generation.bump(conn, app_id)
                 return _PopAttempt(done=True, popped=row)
             changed = conn.execute(
                 original.update()
@@ -215,7 +217,6 @@ def _pop_once(
             ).rowcount
             if changed != 1:
                 return _PopAttempt(done=False)
-            generation.bump(conn, app_id)
             return _PopAttempt(done=True, popped=row)
         if len(page) < POP_SCAN_ROWS:
             return _PopAttempt(done=True)

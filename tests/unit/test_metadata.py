@@ -25,7 +25,10 @@ from memstore.core.metadata import MAX_METADATA_DEPTH, freeze_metadata, metadata
 from memstore.sql.schema import display, original
 
 # Every Unicode code point, lone surrogates included.
-ANY_TEXT = st.text(alphabet=st.characters(codec=None, categories=None), max_size=8)
+ANY_TEXT = st.one_of(
+    st.text(alphabet=st.characters(codec=None, categories=None), max_size=8),
+    st.sampled_from(["\ud800", "ok\udfff", "\ud83d", "\x00", "é🌍"]),  # lone surrogates, NUL
+)
 
 SCALARS = st.one_of(
     st.none(),

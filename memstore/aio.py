@@ -89,6 +89,13 @@ class AsyncMemoryStore(StoreBase):
         self._sql = AsyncSqlHistory(self.engine)
         self._owns_cache = cache is None
         self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
+        # See MemoryStore: an in-process window is checked against the app's SQL generation.
+        self._local: AsyncInProcessWindowCache | None = (
+            self.cache
+            if isinstance(self.cache, AsyncInProcessWindowCache)
+            and not self._private_database(str(self.engine.url), self._owns_engine)
+            else None
+        )
 
     def _default_cache(self) -> AsyncWindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -128,11 +135,16 @@ class AsyncMemoryStore(StoreBase):
         while True:
             attempt += 1
             try:
-                ids = await self._sql.insert(app_id, plan, self._issue_ids)
+                ids, step = await self._sql.insert(app_id, plan, self._issue_ids)
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
-        if plan.cache_entries:
+        if self._local is not None and step is not None:
+            # display-only writes raise the generation too: keep a current window current
+            await self._local.append(
+                app_id, plan.cache_entries, before=step.before, after=step.after
+            )
+        elif plan.cache_entries:
             await self.cache.append(app_id, plan.cache_entries)
         return ids
 
@@ -165,16 +177,24 @@ class AsyncMemoryStore(StoreBase):
         )
         await self.cache.invalidate(app)
         version = (await self.cache.read(app)).version
-        return (await self._rebuild(app, limit, version))[1]
+        return (await self._rebuild(app, limit, version, await self._generation(app)))[1]
+
+    async def _generation(self, app_id: str) -> int | None:
+        """See :meth:`memstore.MemoryStore._generation`."""
+        return None if self._local is None else await self._sql.generation(app_id)
 
     async def _rebuild(
-        self, app_id: str, limit: int, version: str
+        self, app_id: str, limit: int, version: str, generation: int | None
     ) -> tuple[list[Message], ReloadReport]:
         steps = window_steps(limit, start_at_user=self.settings.window_start_at_user)
         window = await _run_steps(steps, self._sql, app_id)
-        cached = await self.cache.store(
-            app_id, [entry_for(m) for m in window.messages], window.synthetic_call_ids, version
-        )
+        entries = [entry_for(m) for m in window.messages]
+        if self._local is not None:
+            cached = await self._local.store(
+                app_id, entries, window.synthetic_call_ids, version, generation
+            )
+        else:
+            cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)
         return window.messages, reload_report(app_id, window, cached)
 
     async def history(
@@ -221,11 +241,12 @@ class AsyncChatMemory:
 
     async def messages(self) -> list[Message]:
         """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages)."""
+        generation = await self._store._generation(self.app_id)
         cached = await self._store.cache.read(self.app_id)
-        if cached.messages is not None:
+        if cached.messages is not None and cached.generation == generation:
             return answer_open_group(cached.messages)
         messages, _ = await self._store._rebuild(
-            self.app_id, self._store.settings.reload_max, cached.version
+            self.app_id, self._store.settings.reload_max, cached.version, generation
         )
         return messages
 

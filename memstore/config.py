@@ -43,6 +43,10 @@ class Settings(BaseModel):
     """Snowflake worker id; give every process that writes to the same database its own."""
     max_text_bytes: int = Field(default=1024 * 1024, ge=1, le=MAX_TEXT_BYTES_LIMIT)
     """Largest text, tool-result or arguments field accepted, in UTF-8 bytes."""
+    max_metadata_bytes: int = Field(default=64 * 1024, ge=2)
+    """Largest metadata of one message accepted, as compact JSON in UTF-8 bytes. Metadata is
+    stored in every row and decoded in every window read, so it is kept far below the text
+    limit; raise it only when you know why."""
     window_start_at_user: bool = False
     """Make every window start at a user message (Anthropic and Gemini need it)."""
     redis_timeout_seconds: float = Field(default=0.5, gt=0, le=3600)

@@ -16,19 +16,47 @@ covers every input problem.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictStr,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
 )
 
+from memstore.core.metadata import (
+    EMPTY_METADATA,
+    FrozenDict,
+    FrozenList,
+    freeze_metadata,
+    freeze_stored_metadata,
+)
 from memstore.errors import InvalidMessageError, describe_validation_error
+
+STORED = {"memstore_stored": True}
+"""Validation context of messages decoded from a stored row or cache entry: their metadata
+was checked when written and is frozen without re-checking (older rows stay readable)."""
+
+
+def _metadata(value: Any, info: ValidationInfo) -> Mapping[str, Any]:
+    if isinstance(info.context, dict) and info.context.get("memstore_stored"):
+        return freeze_stored_metadata(value)
+    return freeze_metadata(value)
+
+
+Metadata = Annotated[
+    Mapping[str, Any], PlainValidator(_metadata, json_schema_input_type=dict[str, Any])
+]
+"""A message's metadata: plain JSON data (see :mod:`memstore.core.metadata`), immutable all
+the way down (a read-only ``dict`` whose lists and objects are read-only too)."""
 
 
 def _describe(error: ValidationError) -> str:
@@ -64,12 +92,23 @@ class ToolRequest(_Model):
     arguments: StrictStr
 
 
+def _freeze_requests(value: Sequence[ToolRequest]) -> Sequence[ToolRequest]:
+    return value if type(value) is FrozenList else FrozenList(value)
+
+
+EMPTY_REQUESTS: Sequence[ToolRequest] = FrozenList()
+
+ToolRequests = Annotated[Sequence[ToolRequest], AfterValidator(_freeze_requests)]
+"""An AI message's tool requests: a read-only ``list`` (equal to a plain list of the same
+requests; every change raises ``TypeError``)."""
+
+
 class UserMessage(_Model):
     """A message from the person (or the calling program) to the model."""
 
     type: Literal["user"] = "user"
     text: StrictStr
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = EMPTY_METADATA
 
 
 class SystemMessage(_Model):
@@ -77,7 +116,7 @@ class SystemMessage(_Model):
 
     type: Literal["system"] = "system"
     text: StrictStr
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = EMPTY_METADATA
 
 
 class AiMessage(_Model):
@@ -85,8 +124,9 @@ class AiMessage(_Model):
 
     type: Literal["ai"] = "ai"
     text: StrictStr | None = None
-    tool_requests: list[ToolRequest] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    tool_requests: ToolRequests = EMPTY_REQUESTS
+    """The requested calls, in order: a read-only list (any sequence is accepted)."""
+    metadata: Metadata = EMPTY_METADATA
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
@@ -122,7 +162,7 @@ class ToolResult(_Model):
     tool_name: StrictStr
     text: StrictStr
     is_error: StrictBool = False
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = EMPTY_METADATA
 
 
 Message: TypeAlias = Annotated[
@@ -137,7 +177,7 @@ MESSAGE_LIST_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 def parse_message(value: Any) -> Message:
     """Accept a message instance or its dict form; raise ``InvalidMessageError`` otherwise."""
     if isinstance(value, (UserMessage, AiMessage, ToolResult, SystemMessage)):
-        return value
+        return value if _frozen_all_the_way(value) else _rebuilt(value)
     if not isinstance(value, dict):
         raise InvalidMessageError(
             f"expected a memstore message or a dict, got {type(value).__name__}"
@@ -151,3 +191,16 @@ def parse_message(value: Any) -> Message:
         return MESSAGE_ADAPTER.validate_python(value)
     except ValidationError as error:
         raise InvalidMessageError(f"invalid {kind} message: {_describe(error)}") from error
+
+
+def _frozen_all_the_way(message: Message) -> bool:
+    """False for a message built around validation (``model_construct``, ``model_copy(update=
+    ...)``) with a mutable ``metadata`` or ``tool_requests``."""
+    if type(message.metadata) is not FrozenDict:
+        return False
+    return not isinstance(message, AiMessage) or type(message.tool_requests) is FrozenList
+
+
+def _rebuilt(message: Message) -> Message:
+    """The same message, validated and frozen (``InvalidMessageError`` when it is not valid)."""
+    return type(message)(**{name: getattr(message, name) for name in type(message).model_fields})

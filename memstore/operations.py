@@ -17,9 +17,9 @@ from memstore.core.check import (
 from memstore.core.id_order import newest_of
 from memstore.core.rows import original_row
 from memstore.ids import shared_generator
-from memstore.sql import admin
+from memstore.sql import admin, generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import lock_app_statement, newest_id_query
+from memstore.sql.repository import newest_id_query
 from memstore.sql.schema import original
 from memstore.store import MemoryStore
 
@@ -54,7 +54,7 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
     generator = shared_generator(store.settings.worker_id)
     request_rows = {f.call_id: f.row_id for f in findings if f.code == UNANSWERED_REQUEST}
     with translated_errors("repairing history"), store.engine.begin() as conn:
-        conn.execute(lock_app_statement(conn.dialect.name, app_id))  # ids above the newest
+        generation.bump(conn, app_id)  # locks the app: ids above its newest
         newest = newest_of(*conn.execute(newest_id_query(app_id)).one())
         owner_query = sa.select(original.c.id, original.c.user_id).where(
             original.c.id.in_(list(request_rows.values()))

@@ -75,6 +75,14 @@ class MemoryStore(StoreBase):
         self._sql = SqlHistory(self.engine)
         self._owns_cache = cache is None
         self.cache: WindowCache = cache if cache is not None else self._default_cache()
+        # An in-process window cannot see other processes' writes: check it against the
+        # app's SQL generation on every read, unless nobody else can write.
+        self._local: InProcessWindowCache | None = (
+            self.cache
+            if isinstance(self.cache, InProcessWindowCache)
+            and not self._private_database(str(self.engine.url), self._owns_engine)
+            else None
+        )
 
     def _default_cache(self) -> WindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -123,11 +131,14 @@ class MemoryStore(StoreBase):
         while True:
             attempt += 1
             try:
-                ids = self._sql.insert(app_id, plan, self._issue_ids)
+                ids, step = self._sql.insert(app_id, plan, self._issue_ids)
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
-        if plan.cache_entries:
+        if self._local is not None and step is not None:
+            # display-only writes raise the generation too: keep a current window current
+            self._local.append(app_id, plan.cache_entries, before=step.before, after=step.after)
+        elif plan.cache_entries:
             self.cache.append(app_id, plan.cache_entries)
         return ids
 
@@ -177,13 +188,23 @@ class MemoryStore(StoreBase):
         )
         self.cache.invalidate(app)
         version = self.cache.read(app).version
-        return self._rebuild(app, limit, version)[1]
+        return self._rebuild(app, limit, version, self._generation(app))[1]
 
-    def _rebuild(self, app_id: str, limit: int, version: str) -> tuple[list[Message], ReloadReport]:
+    def _generation(self, app_id: str) -> int | None:
+        """The app's SQL generation when the cache needs it (read before any window row)."""
+        return None if self._local is None else self._sql.generation(app_id)
+
+    def _rebuild(
+        self, app_id: str, limit: int, version: str, generation: int | None
+    ) -> tuple[list[Message], ReloadReport]:
         window = self._window(app_id, limit, self.settings.window_start_at_user)
-        cached = self.cache.store(
-            app_id, [entry_for(m) for m in window.messages], window.synthetic_call_ids, version
-        )
+        entries = [entry_for(m) for m in window.messages]
+        if self._local is not None:
+            cached = self._local.store(
+                app_id, entries, window.synthetic_call_ids, version, generation
+            )
+        else:
+            cached = self.cache.store(app_id, entries, window.synthetic_call_ids, version)
         report = reload_report(app_id, window, cached)
         return window.messages, report
 
@@ -233,12 +254,17 @@ class ChatMemory:
         self.app_id = app_id
 
     def messages(self) -> list[Message]:
-        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages)."""
+        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages).
+
+        An in-process window is served only while the app's generation in SQL is the one it
+        was built at (one primary-key lookup), so another process's write is never missed.
+        """
+        generation = self._store._generation(self.app_id)
         cached = self._store.cache.read(self.app_id)
-        if cached.messages is not None:
+        if cached.messages is not None and cached.generation == generation:
             return answer_open_group(cached.messages)
         messages, _ = self._store._rebuild(
-            self.app_id, self._store.settings.reload_max, cached.version
+            self.app_id, self._store.settings.reload_max, cached.version, generation
         )
         return messages
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import make_url
+
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, ToolFormatter
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write
@@ -62,6 +64,18 @@ class StoreBase:
             drafts,
             now=datetime.now(timezone.utc),
             max_text_bytes=self.settings.max_text_bytes,
+            max_metadata_bytes=self.settings.max_metadata_bytes,
+        )
+
+    @staticmethod
+    def _private_database(url: str, owns_engine: bool) -> bool:
+        """True for an in-memory SQLite database the store created: no other process or store
+        can write to it, so an in-process window needs no generation check."""
+        parsed = make_url(url)
+        return (
+            owns_engine
+            and parsed.get_backend_name() == "sqlite"
+            and parsed.database in (None, "", ":memory:")
         )
 
     def _issue_ids(self, count: int, above: int) -> list[int]:

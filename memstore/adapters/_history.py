@@ -58,6 +58,7 @@ from memstore.core.rows import decode_payload, encode_payload, message_type
 from memstore.core.window import StoredMessage
 from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
+from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import (
@@ -188,6 +189,9 @@ def _pop_once(
     fresh snapshot on MySQL's repeatable read). ``SELECT ... FOR UPDATE`` would make the loser
     on PostgreSQL see no row at all and wrongly report an empty session.
     """
+    # First, as every writer does: the generation row is the first lock a change of the app's
+    # history takes, so a pop and a purge of the same app cannot deadlock.
+    generation.bump(conn, app_id)
     before: int | None = None
     while True:
         page = conn.execute(newest_rows_query(app_id, RowRequest(POP_SCAN_ROWS, before))).all()
@@ -256,7 +260,9 @@ def insert_messages(
     stored = _requested_tools(conn, app_id, wanted) if wanted else {}
     resolved = resolve_results(batch, stored)
     plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
-    ids = insert_plan(conn, app_id, plan, store._issue_ids) if plan.id_count else []
+    if not plan.id_count:
+        return [], []
+    ids, _ = insert_plan(conn, app_id, plan, store._issue_ids)
     return ids, list(plan.cache_entries)
 
 

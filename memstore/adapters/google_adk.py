@@ -79,6 +79,7 @@ from memstore.core.inputs import normalize_user_id
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
+from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import purge_statements
 from memstore.sql.schema import adk_state
@@ -471,6 +472,7 @@ class MemstoreSessionService(BaseSessionService):
         app_id = history_app_id(app_name, user_id, session_id)
         with translated_errors("deleting a session"), store.engine.begin() as conn:
             conn.execute(adk_state.delete().where(_key("session", app_name, user_id, session_id)))
+            generation.bump(conn, app_id)  # in-process windows of other processes see it
             for statement in purge_statements(app_id):
                 conn.execute(statement)
         store.cache.purge(app_id)

@@ -91,6 +91,7 @@ from memstore.adapters._history import (
     insert_messages,
     opaque,
 )
+from memstore.core.id_order import newest_of
 from memstore.core.inputs import normalize_app_id
 from memstore.core.loader import RowRequest, run_steps, window_steps
 from memstore.core.window import StoredMessage, is_synthetic, select_window
@@ -102,8 +103,9 @@ from memstore.messages import (
     ToolResult,
     UserMessage,
 )
+from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import purge_statements, rows_to_messages
+from memstore.sql.repository import newest_id_query, purge_statements, rows_to_messages
 from memstore.sql.schema import conversation_entries as entries_table
 from memstore.sql.schema import conversations as records_table
 from memstore.sql.schema import original
@@ -425,6 +427,7 @@ def _archive_after(conn: Connection, app_id: str, depth: int) -> None:
     ).scalar()
     if moved is None:
         return
+    generation.bump(conn, app_id)  # the app's history changes: cached windows must see it
     archive = f"{ARCHIVE_PREFIX}{uuid.uuid4().hex}"
     conn.execute(
         original.update()
@@ -440,7 +443,9 @@ def _archive_after(conn: Connection, app_id: str, depth: int) -> None:
 
 def _copy_entry(conn: Connection, store: MemoryStore, source: _Location, app_id: str) -> None:
     rows = _entry_rows(conn, source)
-    ids = store._ids.next_ids(len(rows))
+    generation.bump(conn, app_id)  # locks the app, so the copies get ids above its newest
+    newest = newest_of(*conn.execute(newest_id_query(app_id)).one())
+    ids = store._issue_ids(len(rows), newest)
     now = datetime.now(timezone.utc)
     conn.execute(
         original.insert(),
@@ -667,6 +672,7 @@ class MemstoreConversationStore(ConversationStore):
             apps.add(conversation_id)
             conn.execute(entries_table.delete().where(entries_table.c.owner == conversation_id))
             for app_id in sorted(apps):
+                generation.bump(conn, app_id)  # in-process windows of other processes see it
                 for statement in purge_statements(app_id):
                     conn.execute(statement)
         for app_id in sorted(apps):

@@ -65,11 +65,19 @@ class AsyncInProcessWindowCache:
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool:
-        return self._cache.store(app_id, entries, synthetic_call_ids, expected_version)
+        return self._cache.store(app_id, entries, synthetic_call_ids, expected_version, generation)
 
-    async def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        self._cache.append(app_id, entries)
+    async def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None:
+        self._cache.append(app_id, entries, before=before, after=after)
 
     async def invalidate(self, app_id: str) -> None:
         self._cache.invalidate(app_id)

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from memstore.config import Settings
 from memstore.core.window import WindowEntry
-from memstore.messages import MESSAGE_LIST_ADAPTER, Message
+from memstore.messages import MESSAGE_LIST_ADAPTER, STORED, Message
 
 ID_SEPARATOR = "\x1f"
 HEADER_END = "\x1e"
@@ -37,6 +37,9 @@ class CachedWindow:
 
     messages: list[Message] | None
     version: str
+    generation: int | None = None
+    """The app's SQL generation the window was built at (the in-process cache keeps it, so
+    the store can tell a window that misses another process's write; ``None`` elsewhere)."""
 
 
 class WindowCache(Protocol):
@@ -83,4 +86,4 @@ def encode_entry(entry: WindowEntry) -> bytes:
 def decode_entries(raw: Sequence[bytes]) -> list[Message]:
     """Decode a whole window in one validation pass."""
     bodies = [item[item.index(b"\x1e") + 1 :] for item in raw]
-    return MESSAGE_LIST_ADAPTER.validate_json(b"[" + b",".join(bodies) + b"]")
+    return MESSAGE_LIST_ADAPTER.validate_json(b"[" + b",".join(bodies) + b"]", context=STORED)

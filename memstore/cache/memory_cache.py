@@ -3,6 +3,11 @@
 Same rules as the Redis cache (group-safe eviction, guarded rebuilds, no window created by an
 append), kept in a dict; it lives and dies with the process. The number of cached apps is
 bounded; the least recently used window goes first.
+
+Other processes cannot reach this dict, so each window remembers the app's SQL generation it
+was built at (``generation``); the store compares it with the database's on every read and
+rebuilds on a difference, and an append only extends a window that was current just before
+the write (``before``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class _Slot:
     entries: list[WindowEntry] = field(default_factory=list)
     synthetic: set[str] = field(default_factory=set)
     expires_at: float = 0.0
+    generation: int | None = None
 
 
 class InProcessWindowCache:
@@ -68,7 +74,8 @@ class InProcessWindowCache:
             version = str(self._versions.get(app_id, 0))
             if slot is None:
                 return CachedWindow(None, version)
-            return CachedWindow([entry.message for entry in slot.entries], version)
+            messages = [entry.message for entry in slot.entries]
+            return CachedWindow(messages, version, slot.generation)
 
     def store(
         self,
@@ -76,24 +83,45 @@ class InProcessWindowCache:
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool:
+        """See :meth:`WindowCache.store`; ``generation`` is the app's SQL generation read
+        before the window's rows were."""
         with self._lock:
             if str(self._versions.get(app_id, 0)) != expected_version or not entries:
                 return False
             self._slots[app_id] = _Slot(
-                list(entries), set(synthetic_call_ids), time.monotonic() + self._policy.ttl_seconds
+                list(entries),
+                set(synthetic_call_ids),
+                time.monotonic() + self._policy.ttl_seconds,
+                generation,
             )
             self._slots.move_to_end(app_id)
             while len(self._slots) > self._max_apps:
                 self._slots.popitem(last=False)
             return True
 
-    def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
+    def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None:
+        """See :meth:`WindowCache.append`. With ``before``/``after`` (the app's SQL generation
+        just before and after the write), a window not at ``before`` missed a write of another
+        process and is dropped instead of extended."""
         with self._lock:
             self._bump(app_id)
             slot = self._live_slot(app_id)
             if slot is None:
                 return
+            if after is not None:
+                if slot.generation != before:
+                    del self._slots[app_id]
+                    return
+                slot.generation = after
             for entry in entries:
                 if entry.kind == KIND_RESULT:
                     call_id = entry.call_ids[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from memstore.core.metadata import freeze_metadata
 from memstore.core.window import StoredMessage, interrupted_result
 from memstore.messages import AiMessage, ToolResult, UserMessage
 
@@ -141,7 +142,11 @@ def repair_plan(findings: list[Finding]) -> RepairPlan:
     for finding in findings:
         if finding.code == UNANSWERED_REQUEST and finding.call_id is not None:
             synthetic = interrupted_result(finding.call_id, finding.tool_name or "")
-            answers.append(synthetic.model_copy(update={"metadata": {REPAIR_MARK: "interrupted"}}))
+            answers.append(
+                synthetic.model_copy(
+                    update={"metadata": freeze_metadata({REPAIR_MARK: "interrupted"})}
+                )
+            )
     orphans = [f.row_id for f in findings if f.code == ORPHAN_RESULT]
     fixable = {UNANSWERED_REQUEST, ORPHAN_RESULT}
     return RepairPlan(answers, orphans, sum(1 for f in findings if f.code not in fixable))

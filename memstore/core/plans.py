@@ -10,9 +10,15 @@ from typing import Any
 
 from memstore.core.display import DisplayDraft
 from memstore.core.inputs import MAX_ROW_ID, bounded_int, check_messages
+from memstore.core.metadata import DEFAULT_MAX_METADATA_BYTES, MetadataError, metadata_size
 from memstore.core.rows import display_row, original_row
 from memstore.core.window import Window, WindowEntry, entry_for
-from memstore.errors import InvalidInputError, UnknownToolCallError
+from memstore.errors import (
+    InvalidInputError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    UnknownToolCallError,
+)
 from memstore.messages import AiMessage, Message, ToolResult
 from memstore.reports import PurgeReport, ReloadReport
 
@@ -66,9 +72,11 @@ def plan_write(
     *,
     now: datetime,
     max_text_bytes: int,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
 ) -> WritePlan:
     """Check ``batch`` against the limits and lay out its rows (ids come later)."""
     check_messages(batch, max_text_bytes)
+    check_metadata(batch, max_metadata_bytes)
     return WritePlan(
         original_rows=[original_row(0, app_id, user_id, message, now) for message in batch],
         display_rows=[display_row(0, app_id, user_id, draft, now) for draft in drafts],
@@ -86,6 +94,23 @@ def rows_with_ids(
         [{**row, "id": i} for row, i in zip(plan.original_rows, ids[:count], strict=True)],
         [{**row, "id": i} for row, i in zip(plan.display_rows, ids[count:], strict=True)],
     )
+
+
+def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None:
+    """Raise before writing when a message's metadata is over the limit (compact JSON, UTF-8
+    bytes) or, having bypassed construction checks, is not JSON data."""
+    for position, message in enumerate(messages):
+        if not message.metadata:
+            continue
+        try:
+            size = metadata_size(message.metadata)
+        except MetadataError as error:
+            raise InvalidMessageError(f"message {position} ({message.type}): {error}") from None
+        if size > max_metadata_bytes:
+            raise MessageTooLargeError(
+                f"message {position} ({message.type}) metadata is {size} bytes; "
+                f"the limit is {max_metadata_bytes} bytes"
+            )
 
 
 def unknown_call_error(app_id: str, missing: set[str]) -> UnknownToolCallError:

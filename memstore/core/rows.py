@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from memstore.core.display import DisplayDraft
 from memstore.errors import StorageError
-from memstore.messages import MESSAGE_ADAPTER, AiMessage, Message, ToolResult
+from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
 
 USER = "user"
 AI = "ai"
@@ -34,7 +34,7 @@ def encode_payload(message: Message) -> str:
 def decode_payload(payload: str, row_id: int) -> Message:
     """Parse a payload column back into a message; a corrupt row is a ``StorageError``."""
     try:
-        return MESSAGE_ADAPTER.validate_json(payload)
+        return MESSAGE_ADAPTER.validate_json(payload, context=STORED)
     except (ValidationError, ValueError) as error:
         # ``from None``: the validation error quotes the payload, i.e. chat text.
         raise StorageError(

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from memstore.core.window import StoredMessage
+from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import oldest_first_query, rows_to_messages
 from memstore.sql.schema import display, original
@@ -100,6 +101,13 @@ def apps_of_user(engine: Engine, user_id: str) -> list[str]:
 def purge_user(engine: Engine, user_id: str) -> RowCounts:
     """Hard-delete every row written with ``user_id`` in both tables, in one transaction."""
     with translated_errors("purging a user"), engine.begin() as conn:
+        touched = set(
+            conn.execute(
+                sa.select(original.c.app_id).where(original.c.user_id == user_id).distinct()
+            ).scalars()
+        )
+        for app_id in sorted(touched):
+            generation.bump(conn, app_id)
         originals = conn.execute(original.delete().where(original.c.user_id == user_id)).rowcount
         displays = conn.execute(display.delete().where(display.c.user_id == user_id)).rowcount
     return RowCounts(originals, displays)

@@ -17,18 +17,18 @@ from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
+from memstore.sql import generation
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
     install_sqlite_pragmas,
     sqlite_options,
     translated_errors,
 )
+from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
-    app_lock_delete,
     display_entry,
     history_query,
-    lock_app_statement,
     newest_id_query,
     newest_rows_query,
     purge_statements,
@@ -102,13 +102,15 @@ class AsyncSqlHistory:
                 result = await conn.execute(newest_rows_query(app_id, request))
                 return rows_to_messages(result.all())
 
-    async def insert(self, app_id: str, plan: WritePlan, issue_ids: IdIssuer) -> list[int]:
+    async def insert(
+        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+    ) -> tuple[list[int], GenerationStep | None]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
-            return []
+            return [], None
         with translated_errors("writing history"):
             async with self.engine.begin() as conn:
-                await conn.execute(lock_app_statement(conn.dialect.name, app_id))
+                step = await generation.abump(conn, app_id)
                 newest = (await conn.execute(newest_id_query(app_id))).one()
                 ids = issue_ids(plan.id_count, newest_of(*newest))
                 missing = await self._unrequested(
@@ -121,7 +123,13 @@ class AsyncSqlHistory:
                     await conn.execute(original.insert(), original_rows)
                 if display_rows:
                     await conn.execute(display.insert(), display_rows)
-                return ids[: len(original_rows)]
+                return ids[: len(original_rows)], step
+
+    async def generation(self, app_id: str) -> int:
+        """See :meth:`memstore.sql.repository.SqlHistory.generation`."""
+        with translated_errors("reading history"):
+            async with self.engine.connect() as conn:
+                return await generation.aread(conn, app_id)
 
     @staticmethod
     async def _unrequested(
@@ -147,7 +155,7 @@ class AsyncSqlHistory:
     async def purge(self, app_id: str) -> tuple[int, int, int]:
         with translated_errors("purging history"):
             async with self.engine.begin() as conn:
-                await conn.execute(app_lock_delete(app_id))
+                await generation.abump(conn, app_id)  # first: waits for the app's writers
                 counts = [
                     (await conn.execute(statement)).rowcount
                     for statement in purge_statements(app_id)

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from memstore.core.id_order import newest_of
@@ -15,10 +14,11 @@ from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.core.rows import TOOL_REQUEST, decode_payload
 from memstore.core.window import StoredMessage
-from memstore.errors import ConfigurationError
 from memstore.reports import DisplayEntry
+from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.schema import app_locks, display, original, tool_executions
+from memstore.sql.generation import GenerationStep
+from memstore.sql.schema import display, original, tool_executions
 
 REQUEST_SCAN_PAGE = 200
 
@@ -75,25 +75,6 @@ def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     return out
 
 
-def lock_app_statement(dialect: str, app_id: str) -> sa.Executable:
-    """Create or lock the app's row of ``memstore_app_locks`` until the transaction ends.
-
-    It is the first statement of every write, so writers of one app take turns from here on
-    (on SQLite a write as the first statement also takes the database's write lock, waiting
-    out other writers, so the reads that follow see every committed write).
-    """
-    if dialect in ("postgresql", "sqlite"):
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        upsert = insert(app_locks).values(app_id=app_id)
-        return upsert.on_conflict_do_update(
-            index_elements=[app_locks.c.app_id], set_={"app_id": upsert.excluded.app_id}
-        )
-    if dialect in ("mysql", "mariadb"):
-        mysql_upsert = mysql.insert(app_locks).values(app_id=app_id)
-        return mysql_upsert.on_duplicate_key_update(app_id=mysql_upsert.inserted.app_id)
-    raise ConfigurationError(f"memstore does not support the {dialect!r} database")
-
-
 def newest_id_query(app_id: str) -> sa.Select[Any]:
     """The app's newest id in each history (``None`` for an empty one), deleted rows
     included: one row, two index lookups."""
@@ -108,11 +89,6 @@ def newest_id_query(app_id: str) -> sa.Select[Any]:
         )
 
     return sa.select(newest(original), newest(display))
-
-
-def app_lock_delete(app_id: str) -> sa.Delete:
-    """Delete the app's lock row (a purge's first statement, so it waits for writers)."""
-    return app_locks.delete().where(app_locks.c.app_id == app_id)
 
 
 def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
@@ -171,15 +147,21 @@ def purge_statements(app_id: str) -> tuple[sa.Delete, sa.Delete, sa.Delete]:
     )
 
 
-def insert_plan(conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer) -> list[int]:
-    """Write the plan's rows in the caller's transaction; return the original rows' ids.
+def insert_plan(
+    conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+) -> tuple[list[int], GenerationStep]:
+    """Write the plan's rows in the caller's transaction; return the original rows' ids and
+    the app's generation step.
 
-    Locks the app (:func:`lock_app_statement`), reads its newest id and takes
+    Raises the app's generation first (:func:`memstore.sql.generation.bump`), which locks the
+    app's row until the transaction ends, so writers of one app take turns (on SQLite a write
+    as the first statement also takes the database's write lock, so the reads that follow see
+    every committed write). Then it reads the app's newest id and takes
     ``issue_ids(plan.id_count, newest)``, so the new rows sort after every row of the app
     written before. Every call id of ``plan.unresolved_call_ids`` must be requested by a row
     of the app below the new ids, else :class:`~memstore.errors.UnknownToolCallError`.
     """
-    conn.execute(lock_app_statement(conn.dialect.name, app_id))
+    step = generation.bump(conn, app_id)
     ids = issue_ids(plan.id_count, newest_of(*conn.execute(newest_id_query(app_id)).one()))
     missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
     if missing:
@@ -189,7 +171,7 @@ def insert_plan(conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIss
         conn.execute(original.insert(), original_rows)
     if display_rows:
         conn.execute(display.insert(), display_rows)
-    return ids[: len(original_rows)]
+    return ids[: len(original_rows)], step
 
 
 def _unrequested(conn: Connection, app_id: str, call_ids: set[str], below: int) -> set[str]:
@@ -216,19 +198,21 @@ class SqlHistory:
         with translated_errors("reading history"), self.engine.connect() as conn:
             return rows_to_messages(conn.execute(newest_rows_query(app_id, request)))
 
-    def insert(self, app_id: str, plan: WritePlan, issue_ids: IdIssuer) -> list[int]:
-        """Write the plan's rows in one transaction; return the original rows' ids.
-
-        The transaction locks the app (:func:`lock_app_statement`), reads its newest id and
-        takes ``issue_ids(plan.id_count, newest)``, so the new rows sort after every row of
-        the app written before. Every call id of ``plan.unresolved_call_ids`` must be
-        requested by a row of the app below the new ids, else
-        :class:`~memstore.errors.UnknownToolCallError` and nothing is written.
+    def insert(
+        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+    ) -> tuple[list[int], GenerationStep | None]:
+        """Write the plan's rows in one transaction (:func:`insert_plan`); return the original
+        rows' ids and the app's generation step (``None`` when there was nothing to write).
         """
         if not plan.id_count:
-            return []
+            return [], None
         with translated_errors("writing history"), self.engine.begin() as conn:
             return insert_plan(conn, app_id, plan, issue_ids)
+
+    def generation(self, app_id: str) -> int:
+        """The app's generation (see :mod:`memstore.sql.generation`)."""
+        with translated_errors("reading history"), self.engine.connect() as conn:
+            return generation.read(conn, app_id)
 
     def history(self, app_id: str, limit: int, before_id: int | None) -> list[DisplayEntry]:
         with translated_errors("reading display history"), self.engine.connect() as conn:
@@ -240,6 +224,6 @@ class SqlHistory:
         """Hard-delete the app's rows in one transaction; return the counts per table
         (original, display, tool executions)."""
         with translated_errors("purging history"), self.engine.begin() as conn:
-            conn.execute(app_lock_delete(app_id))
+            generation.bump(conn, app_id)  # first: waits for the app's writers
             a, b, c = (conn.execute(statement).rowcount for statement in purge_statements(app_id))
             return a, b, c

@@ -205,15 +205,20 @@ adk_state = sa.Table(
 state as JSON; a session row also names the app id of its events in the original history and
 carries the revision that ADK's stale-session check compares."""
 
-APP_LOCKS_TABLE = "memstore_app_locks"
+GENERATION_TABLE = "chat_app_generation"
 
-app_locks = sa.Table(
-    APP_LOCKS_TABLE,
+app_generation = sa.Table(
+    GENERATION_TABLE,
     metadata,
     sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
-"""One row per app that was written to, locked by every write of the app for its transaction,
-so writers of one app take turns: each reads the app's newest id and issues ids above it
-(``memstore.core.id_order``). It holds nothing else; a purge deletes it."""
+"""One row per app that was written to: the app's write lock and its generation. Every write
+of the app (append, purge, repair, pop) raises the counter as its first statement, which locks
+the row for the transaction, so writers of one app take turns: each then reads the app's newest
+id and issues ids above it (``memstore.core.id_order``). An in-process window cache compares the
+counter with the generation its window was built at, so a write by another process is never
+missed. Never deleted (it holds no user data), so a counter never restarts and an old window can
+never match again."""

@@ -36,14 +36,14 @@ class InsertCounter:
         self.original = 0
         self.display = 0
         self.other = 0
-        self.app_locks = 0  # every write first locks its app (memstore_app_locks)
+        self.generation = 0  # every write first raises its app's generation (and locks it)
 
     def __call__(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         head = statement.lstrip().upper()
         if not head.startswith("INSERT"):
             return
-        if "MEMSTORE_APP_LOCKS" in head.split("(")[0]:
-            self.app_locks += 1
+        if "CHAT_APP_GENERATION" in head.split("(")[0]:
+            self.generation += 1
         elif "CHAT_HISTORY_ORIGINAL" in head.split("(")[0]:
             self.original += 1
         elif "CHAT_HISTORY" in head.split("(")[0]:
@@ -117,6 +117,7 @@ def test_multi_round_turn_writes_what_the_provider_saw(store: MemoryStore, app_i
         seen = [user, *turn.turn_messages]
     # flush points: one per executed tool + the turn end (final text + the display row)
     assert (inserts.original, inserts.display, inserts.other) == (4, 1, 0)
+    assert inserts.generation == inserts.original
     assert turn.flushes == 4
     window = store.load_window(app_id)
     assert window == [*seen, AiMessage(text="Created a.txt and b.txt.")]

@@ -1,0 +1,64 @@
+"""The per-app generation counter (``chat_app_generation``): statements only.
+
+A write raises the counter inside its own transaction, under the row's lock, so the value
+before it is always the value after it minus one; an app without a row is at generation 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memstore.sql.schema import app_generation
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStep:
+    """What one committed write did to the app's generation."""
+
+    before: int
+    after: int
+
+
+def bump_statement(dialect: Dialect, app_id: str) -> Any:
+    """``generation + 1``, or a new row at 1 (an upsert in each database's own syntax)."""
+    raised = {"generation": app_generation.c.generation + 1}
+    if dialect.name in ("mysql", "mariadb"):
+        stmt = mysql.insert(app_generation).values(app_id=app_id, generation=1)
+        return stmt.on_duplicate_key_update(**raised)
+    module: Any = postgresql if dialect.name == "postgresql" else sqlite
+    stmt = module.insert(app_generation).values(app_id=app_id, generation=1)
+    return stmt.on_conflict_do_update(index_elements=[app_generation.c.app_id], set_=raised)
+
+
+def generation_query(app_id: str) -> sa.Select[Any]:
+    return sa.select(app_generation.c.generation).where(app_generation.c.app_id == app_id)
+
+
+def bump(conn: Connection, app_id: str) -> GenerationStep:
+    """Raise the app's generation in the caller's transaction."""
+    conn.execute(bump_statement(conn.dialect, app_id))
+    after = int(conn.execute(generation_query(app_id)).scalar_one())
+    return GenerationStep(after - 1, after)
+
+
+async def abump(conn: AsyncConnection, app_id: str) -> GenerationStep:
+    """:func:`bump` on an async connection."""
+    await conn.execute(bump_statement(conn.dialect, app_id))
+    after = int((await conn.execute(generation_query(app_id))).scalar_one())
+    return GenerationStep(after - 1, after)
+
+
+def read(conn: Connection, app_id: str) -> int:
+    """The app's generation now (0 when it never had a write)."""
+    return int(conn.execute(generation_query(app_id)).scalar() or 0)
+
+
+async def aread(conn: AsyncConnection, app_id: str) -> int:
+    """:func:`read` on an async connection."""
+    return int((await conn.execute(generation_query(app_id))).scalar() or 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any
 
@@ -40,12 +41,15 @@ from memstore.core.plans import (
     reload_report,
     unknown_call_error,
 )
+from memstore.core.retention import RetentionRule
 from memstore.core.stream import turn_display
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
 from memstore.messages import Message, parse_message
-from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.reports import DisplayEntry, PruneReport, PurgeReport, ReloadReport
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+from memstore.sql.aio_lifecycle import AsyncSqlRetention, iter_app_ids
+from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
 from memstore.store_base import StoreBase
 
 logger = logging.getLogger("memstore")
@@ -84,6 +88,7 @@ class AsyncMemoryStore(StoreBase):
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
         self._sql = AsyncSqlHistory(self.engine)
+        self._retention = AsyncSqlRetention(self.engine)
         self._owns_cache = cache is None
         self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
 
@@ -187,6 +192,42 @@ class AsyncMemoryStore(StoreBase):
         app = normalize_app_id(app_id)
         counts = await self._sql.purge(app)
         return purge_report(app, counts, await self.cache.purge(app))
+
+    async def prune(
+        self,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        app_ids: Iterable[str | int] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[PruneReport]:
+        """See :meth:`memstore.MemoryStore.prune`."""
+        rule = RetentionRule(older_than, keep_last)
+        if app_ids is not None:
+            apps = [normalize_app_id(app) for app in list(app_ids)]
+            return [await self._prune_app(app, rule, dry_run) for app in apps]
+        reports = []
+        async for app in iter_app_ids(self.engine):
+            report = await self._prune_app(app, rule, dry_run)
+            if not prune_is_empty(report):
+                reports.append(report)
+        return reports
+
+    async def _prune_app(self, app_id: str, rule: RetentionRule, dry_run: bool) -> PruneReport:
+        now = datetime.now(timezone.utc)
+        snapshot = await self._retention.snapshot(app_id)
+        decision = decide_prune(app_id, snapshot, rule, now)
+        if dry_run:
+            counts = await self._retention.count(
+                decision.plan, decision.display, decision.guard_cutoff, app_id
+            )
+            return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
+        counts = await self._retention.apply(
+            app_id, decision.plan, decision.display, decision.guard_cutoff
+        )
+        if decision.plan.drop:
+            await self.cache.invalidate(app_id)
+        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
 
     async def close(self) -> None:
         """Release the connections this store created."""

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections import deque
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
@@ -539,3 +539,114 @@ def main() -> None:
         click.echo(f"error: {error}", err=True)
         sys.exit(EXIT_USAGE)
     sys.exit(EXIT_OK)
+
+
+# -- data lifecycle: prune ----------------------------------------------------------------------
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(value: str | None) -> timedelta | None:
+    """``90d``, ``12h``, ``30m``, ``45s`` or ``2w``."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    unit = _DURATION_UNITS.get(text[-1:]) if text else None
+    if unit is None or not text[:-1].isdigit():
+        raise click.BadParameter(
+            f"{value!r} is not a duration like 90d, 12h, 30m, 45s or 2w", param_hint="--older-than"
+        )
+    return timedelta(seconds=int(text[:-1]) * unit)
+
+
+@cli.command()
+@click.argument("app_ids", nargs=-1)
+@click.option("--all", "all_apps", is_flag=True, help="Every app with history.")
+@click.option(
+    "--older-than",
+    default=None,
+    help="Remove messages older than this (90d, 12h, 2w...; default MEMSTORE_RETENTION_DAYS).",
+)
+@click.option(
+    "--keep-last", type=click.IntRange(min=1), default=None, help="Keep the newest N messages."
+)
+@click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
+@click.option("--yes", is_flag=True, help="Do not ask; required without a terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@database_option
+@redis_option
+def prune(
+    app_ids: tuple[str, ...],
+    all_apps: bool,
+    older_than: str | None,
+    keep_last: int | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Hard-delete the oldest messages of APP_IDs (or --all) in both histories.
+
+    A tool exchange goes whole or stays whole; display rows go by the same age; with an age
+    the loop guard's older records go too. Deletes run in short batches while traffic flows.
+    """
+    age = _duration(older_than)
+    with _open(database_url, redis_url) as store:
+        apps = _apps(store, app_ids, all_apps)
+        if age is None and keep_last is None:
+            if store.settings.retention_days is None:
+                raise click.UsageError(
+                    "give --older-than and/or --keep-last (or set MEMSTORE_RETENTION_DAYS)"
+                )
+            age = timedelta(days=store.settings.retention_days)
+        rule = operations.retention_rule(age, keep_last)
+        what = ", ".join(
+            part
+            for part in (
+                f"older than {age}" if age is not None else "",
+                f"all but the newest {keep_last}" if keep_last is not None else "",
+            )
+            if part
+        )
+        scope = "every app" if apps is None else f"{len(apps)} app(s)"
+        click.echo(f"prune {what} in {scope}" + (" (dry run)" if dry_run else ""), err=True)
+        if not dry_run and not yes:
+            if not sys.stdin.isatty():
+                click.echo("refusing to prune without a terminal; pass --yes", err=True)
+                raise SystemExit(EXIT_FINDINGS)
+            if not click.confirm("Delete these messages permanently?", err=True):
+                raise SystemExit(EXIT_FINDINGS)
+        totals = {"apps": 0, "original_rows": 0, "display_rows": 0, "tool_executions": 0}
+        reports: list[dict[str, Any]] = []
+        try:
+            for app in _walk(store, apps, "pruning"):
+                report = operations.prune_app(store, app, rule, dry_run=dry_run)
+                totals["apps"] += 1
+                for key in ("original_rows", "display_rows", "tool_executions"):
+                    totals[key] += getattr(report, key)
+                if not dry_run:
+                    audit.info(
+                        "prune app=%r rule=%r original_rows=%d display_rows=%d tool_executions=%d",
+                        app,
+                        what,
+                        report.original_rows,
+                        report.display_rows,
+                        report.tool_executions,
+                    )
+                if apps is not None or report.original_rows or report.display_rows:
+                    reports.append(report.model_dump())
+        except KeyboardInterrupt:
+            click.echo(f"interrupted after {totals['apps']} apps", err=True)
+            _summary(totals, as_json)
+            raise SystemExit(EXIT_FINDINGS) from None
+        if as_json:
+            _emit_json({"reports": reports, "summary": totals, "dry_run": dry_run})
+            return
+        verb = "would remove" if dry_run else "removed"
+        for done in reports:
+            click.echo(
+                f"{done['app_id']}: {verb} {done['original_rows']} original rows, "
+                f"{done['display_rows']} display rows, {done['tool_executions']} tool executions"
+            )
+        _summary(totals, False)

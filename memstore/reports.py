@@ -50,3 +50,19 @@ class DisplayEntry(_Report):
     status: str
     """``"ok"``, or ``"failed"`` for a reply that broke off."""
     created_at: datetime
+
+
+class PruneReport(_Report):
+    """What one prune removed from one app (or would remove, with ``dry_run``)."""
+
+    app_id: str
+    original_rows: int
+    """Messages of the original history removed (the prefix, tool groups kept whole)."""
+    display_rows: int
+    tool_executions: int
+    """Loop-guard records last updated before the age cutoff (age rules only)."""
+    first_kept_id: int | None
+    """The oldest original-history row left; ``None`` when none is left or none was pruned."""
+    window_dropped: bool
+    """True when the app's cached window was dropped (it may have held pruned messages)."""
+    dry_run: bool = False

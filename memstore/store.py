@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +36,14 @@ from memstore.core.plans import (
     reload_report,
     unknown_call_error,
 )
+from memstore.core.retention import RetentionRule
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
 from memstore.messages import Message, parse_message
-from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.reports import DisplayEntry, PruneReport, PurgeReport, ReloadReport
+from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
+from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import SqlHistory
 from memstore.store_base import StoreBase
 
@@ -70,6 +74,7 @@ class MemoryStore(StoreBase):
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
         self._sql = SqlHistory(self.engine)
+        self._retention = SqlRetention(self.engine)
         self._owns_cache = cache is None
         self.cache: WindowCache = cache if cache is not None else self._default_cache()
 
@@ -201,6 +206,48 @@ class MemoryStore(StoreBase):
         app = normalize_app_id(app_id)
         counts = self._sql.purge(app)
         return purge_report(app, counts, self.cache.purge(app))
+
+    def prune(
+        self,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        app_ids: Iterable[str | int] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[PruneReport]:
+        """Hard-delete the oldest messages of apps: those created more than ``older_than`` ago
+        and/or all but the newest ``keep_last`` (both limits apply when both are given).
+
+        A tool exchange is removed whole or kept whole, so what remains never starts with a
+        tool result and never holds a request without its results. Display rows go by the
+        same age (and those older than the first kept message go too); with ``older_than``
+        the loop guard's records last updated before the cutoff go as well. Deletes run in
+        short batches; rows written while the prune runs are never touched; the window of an
+        app that lost messages is dropped. ``app_ids=None`` prunes every app and reports only
+        the apps that lost rows. Raises :class:`~memstore.errors.InvalidRetentionError` for
+        a missing or out-of-range rule.
+        """
+        rule = RetentionRule(older_than, keep_last)
+        if app_ids is not None:
+            return [self._prune_app(normalize_app_id(a), rule, dry_run) for a in list(app_ids)]
+        reports = (self._prune_app(app, rule, dry_run) for app in iter_app_ids(self.engine))
+        return [report for report in reports if not prune_is_empty(report)]
+
+    def _prune_app(self, app_id: str, rule: RetentionRule, dry_run: bool) -> PruneReport:
+        now = datetime.now(timezone.utc)
+        snapshot = self._retention.snapshot(app_id)
+        decision = decide_prune(app_id, snapshot, rule, now)
+        if dry_run:
+            counts = self._retention.count(
+                decision.plan, decision.display, decision.guard_cutoff, app_id
+            )
+            return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
+        counts = self._retention.apply(
+            app_id, decision.plan, decision.display, decision.guard_cutoff
+        )
+        if decision.plan.drop:
+            self.cache.invalidate(app_id)
+        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
 
     def close(self) -> None:
         """Release the connections this store created (an engine or cache passed in stays open)."""

@@ -650,3 +650,128 @@ def prune(
                 f"{done['display_rows']} display rows, {done['tool_executions']} tool executions"
             )
         _summary(totals, False)
+
+
+# -- data lifecycle: export and import -----------------------------------------------------------
+
+
+@cli.command("export")
+@click.argument("app_ids", nargs=-1)
+@click.option("--user-id", default=None, help="Every row written for this user instead.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", *PROVIDER_FORMATS]),
+    default="jsonl",
+    help="memstore-export JSON Lines (default, importable), or one provider-format "
+    "conversation per app and line.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    default="-",
+    help="File to write (default: standard output).",
+)
+@database_option
+@redis_option
+def export_command(
+    app_ids: tuple[str, ...],
+    user_id: str | None,
+    fmt: str,
+    output: str,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Write every message of APP_IDs (or --user-id) as JSON Lines: both histories and the
+    loop guard's records, ids and timestamps kept (`memstore import` reads it back)."""
+    if bool(app_ids) == (user_id is not None):
+        raise click.UsageError("give APP_IDs or --user-id (one of them)")
+    if fmt != "jsonl" and user_id is not None:
+        raise click.UsageError(f"--format {fmt} exports whole apps: give APP_IDs")
+    with (
+        _open(database_url, redis_url) as store,
+        click.open_file(output, "w", encoding="utf-8") as out,
+    ):
+        written = 0
+        if fmt == "jsonl":
+            for record in store.export(app_ids or None, user_id):
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += 1
+        else:
+            for app in (normalize_app_id(a) for a in app_ids):
+                rows = admin.counts_for(store.engine, app_id=app).original_rows
+                messages = store.load_window(app, max(1, rows))
+                line = {
+                    "app_id": app,
+                    "format": fmt,
+                    "conversation": _provider_format(messages, fmt),
+                }
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                written += 1
+    click.echo(f"exported {written} records", err=True)
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@database_option
+@redis_option
+def import_command(
+    file: str, as_json: bool, database_url: str | None, redis_url: str | None
+) -> None:
+    """Import a `memstore export` file. Idempotent: rows already stored (same id) are skipped,
+    so a second run, or a rerun after an interruption, only adds what is missing.
+
+    The whole file is validated before anything is written; then it is written in batches,
+    each committed whole or not at all.
+    """
+    with _open(database_url, redis_url) as store:
+        lines = sum(1 for _ in _records(file, store))  # validates every record first
+        with click.progressbar(
+            _records(file, None), length=lines, label="importing", file=sys.stderr
+        ) as bar:
+            report = store.import_records(bar)
+        audit.info(
+            "import file=%r original_rows=%d display_rows=%d tool_executions=%d",
+            file,
+            report.total.original_inserted,
+            report.total.display_inserted,
+            report.total.tool_executions_inserted,
+        )
+        if as_json:
+            _emit_json(report.model_dump())
+            return
+        for app, counts in report.apps.items():
+            skipped = counts.original_skipped + counts.display_skipped
+            skipped += counts.tool_executions_skipped
+            click.echo(
+                f"{app}: {counts.original_inserted} original rows, {counts.display_inserted} "
+                f"display rows, {counts.tool_executions_inserted} tool executions imported; "
+                f"{skipped} already stored"
+            )
+        total = report.total
+        click.echo(
+            f"records: {report.records}, inserted: "
+            f"{total.original_inserted + total.display_inserted + total.tool_executions_inserted}"
+            f", skipped: "
+            f"{total.original_skipped + total.display_skipped + total.tool_executions_skipped}"
+        )
+
+
+def _records(path: str, check: MemoryStore | None) -> Iterator[dict[str, Any]]:
+    """The file's records, one per line; with ``check`` each is validated as it is read."""
+    from memstore.core.export import check_header, parse_record
+    from memstore.errors import ImportRecordError
+
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                raise ImportRecordError("not a JSON line", line=line_number) from None
+            if check is not None:
+                if line_number == 1:
+                    check_header(data, 1)
+                else:
+                    parse_record(data, line_number, check.settings.max_text_bytes)
+            yield data

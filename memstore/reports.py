@@ -66,3 +66,23 @@ class PruneReport(_Report):
     window_dropped: bool
     """True when the app's cached window was dropped (it may have held pruned messages)."""
     dry_run: bool = False
+
+
+class ImportCounts(_Report):
+    """Rows one import inserted and skipped (already stored: same id) per table."""
+
+    original_inserted: int = 0
+    original_skipped: int = 0
+    display_inserted: int = 0
+    display_skipped: int = 0
+    tool_executions_inserted: int = 0
+    tool_executions_skipped: int = 0
+
+
+class ImportReport(_Report):
+    """The outcome of ``import_records``: counts per app and in total."""
+
+    records: int
+    """Records read after the header."""
+    apps: dict[str, ImportCounts]
+    total: ImportCounts

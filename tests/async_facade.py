@@ -20,7 +20,7 @@ from memstore.cache.aio import AsyncWindowCache
 from memstore.cache.base import CachedWindow
 from memstore.core.display import ToolFormatter
 from memstore.messages import Message, ToolRequest
-from memstore.reports import DisplayEntry, PruneReport, PurgeReport, ReloadReport
+from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
 
 T = TypeVar("T")
 
@@ -166,6 +166,15 @@ class SyncFacade:
         dry_run: bool = False,
     ) -> list[PruneReport]:
         return self._run(self._store.prune(older_than, keep_last, app_ids, dry_run=dry_run))
+
+    def export(self, app_ids: Iterable[Any] | None = None, user_id: str | None = None) -> Any:
+        async def collect() -> list[dict[str, Any]]:
+            return [record async for record in self._store.export(app_ids, user_id)]
+
+        return iter(self._run(collect()))
+
+    def import_records(self, records: Iterable[Any]) -> ImportReport:
+        return self._run(self._store.import_records(records))
 
     def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
         self._store.register_formatter(tool_name, formatter)

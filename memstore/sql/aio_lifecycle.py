@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memstore.core.export import ORIGINAL, AppCounts, ImportRow, plan_import
 from memstore.core.retention import PrunePlan, PruneRow
 from memstore.sql.admin import APP_PAGE
 from memstore.sql.engine import translated_errors
+from memstore.sql.export import (
+    EXPORT_PAGE,
+    INSERT_TABLES,
+    app_page,
+    executions_by_call,
+    executions_page,
+    existing_from,
+    existing_queries,
+    user_page,
+)
 from memstore.sql.lifecycle import (
     PRUNE_PAGE,
     DisplayScope,
@@ -117,3 +130,60 @@ class AsyncSqlRetention:
                         statement = guard_delete(app_id, guard_cutoff, keys)
                         guards += (await conn.execute(statement)).rowcount
         return PruneCounts(originals, displays, guards)
+
+
+class AsyncSqlExport:
+    """Export pages and import batches on one async engine (see
+    :class:`memstore.sql.export.SqlExport`)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    def app_rows(self, table: sa.Table, app_id: str) -> AsyncIterator[Any]:
+        return self.pages(partial(app_page, table, app_id), -1, "id")
+
+    def user_rows(self, table: sa.Table, user_id: str) -> AsyncIterator[Any]:
+        return self.pages(partial(user_page, table, user_id), -1, "id")
+
+    def app_executions(self, app_id: str) -> AsyncIterator[Any]:
+        return self.pages(partial(executions_page, app_id), None, "idempotency_key")
+
+    async def pages(
+        self, make: Callable[[Any], sa.Select[Any]], start: Any, key: str
+    ) -> AsyncIterator[Any]:
+        after = start
+        while True:
+            with translated_errors("exporting history"):
+                async with self.engine.connect() as conn:
+                    page = list((await conn.execute(make(after))).mappings())
+            for row in page:
+                yield row
+            if len(page) < EXPORT_PAGE:
+                return
+            after = page[-1][key]
+
+    async def executions_for_calls(
+        self, app_id: str, call_ids: Sequence[str]
+    ) -> AsyncIterator[Any]:
+        for start in range(0, len(call_ids), EXPORT_PAGE):
+            chunk = list(call_ids[start : start + EXPORT_PAGE])
+            with translated_errors("exporting history"):
+                async with self.engine.connect() as conn:
+                    rows = list((await conn.execute(executions_by_call(app_id, chunk))).mappings())
+            for row in rows:
+                yield row
+
+    async def import_batch(
+        self, batch: Sequence[ImportRow], counts: dict[str, AppCounts]
+    ) -> set[str]:
+        with translated_errors("importing records"):
+            async with self.engine.begin() as conn:
+                existing = {
+                    name: existing_from(name, (await conn.execute(query)).all())
+                    for name, query in existing_queries(batch).items()
+                }
+                inserts = plan_import(batch, existing, counts)
+                for name, rows in inserts.items():
+                    if rows:
+                        await conn.execute(INSERT_TABLES[name].insert(), rows)
+        return {row["app_id"] for row in inserts[ORIGINAL]}

@@ -604,7 +604,9 @@ def prune(
         what = ", ".join(
             part
             for part in (
-                f"older than {age}" if age is not None else "",
+                f"older than {older_than or f'{store.settings.retention_days}d'}"
+                if age is not None
+                else "",
                 f"all but the newest {keep_last}" if keep_last is not None else "",
             )
             if part

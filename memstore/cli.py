@@ -716,10 +716,24 @@ def export_command(
 @cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(["memstore", "openai-agents-sqlite"]),
+    default="memstore",
+    help="What FILE is: a `memstore export` file (default) or an OpenAI Agents SDK "
+    "SQLiteSession database.",
+)
+@click.option("--app-prefix", default="", help="Prefix for the app id of each imported session.")
 @database_option
 @redis_option
 def import_command(
-    file: str, as_json: bool, database_url: str | None, redis_url: str | None
+    file: str,
+    as_json: bool,
+    source: str,
+    app_prefix: str,
+    database_url: str | None,
+    redis_url: str | None,
 ) -> None:
     """Import a `memstore export` file. Idempotent: rows already stored (same id) are skipped,
     so a second run, or a rerun after an interruption, only adds what is missing.
@@ -727,6 +741,9 @@ def import_command(
     The whole file is validated before anything is written; then it is written in batches,
     each committed whole or not at all.
     """
+    if source != "memstore":
+        _import_sessions(file, app_prefix, as_json, database_url, redis_url)
+        return
     with _open(database_url, redis_url) as store:
         lines = sum(1 for _ in _records(file, store))  # validates every record first
         with click.progressbar(
@@ -777,3 +794,47 @@ def _records(path: str, check: MemoryStore | None) -> Iterator[dict[str, Any]]:
                 else:
                     parse_record(data, line_number, check.settings.max_text_bytes)
             yield data
+
+
+def _import_sessions(
+    path: str, app_prefix: str, as_json: bool, database_url: str | None, redis_url: str | None
+) -> None:
+    """``--from openai-agents-sqlite``: one app per session, one transaction per session."""
+    from memstore import importers
+
+    sessions = [session_id for session_id, _ in importers.agents_sqlite_sessions(path)]
+    reports: list[importers.SessionImport] = []
+    with (
+        _open(database_url, redis_url) as store,
+        click.progressbar(
+            importers.agents_sqlite_sessions(path),
+            length=len(sessions),
+            label="importing sessions",
+            file=sys.stderr,
+        ) as bar,
+    ):
+        for session_id, items in bar:
+            report = importers.import_agents_session(
+                store, app_prefix + session_id, session_id, items
+            )
+            reports.append(report)
+            audit.info(
+                "import source=openai-agents-sqlite app=%r messages=%d skipped=%s",
+                report.app_id,
+                0 if report.skipped else report.messages,
+                report.skipped,
+            )
+    if as_json:
+        _emit_json([vars(report) for report in reports])
+        return
+    for report in reports:
+        state = "already imported, skipped" if report.skipped else f"{report.messages} messages"
+        found = ", ".join(f"{code}: {n}" for code, n in sorted(report.findings.items()))
+        click.echo(
+            f"{report.session_id} -> {report.app_id}: {state}" + (f" ({found})" if found else "")
+        )
+    done = [r for r in reports if not r.skipped]
+    click.echo(
+        f"sessions: {len(reports)}, imported: {len(done)}, skipped: {len(reports) - len(done)}, "
+        f"messages: {sum(r.messages for r in done)}"
+    )

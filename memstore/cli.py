@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -714,15 +715,15 @@ def export_command(
 
 
 @cli.command("import")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
+@click.argument("file")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--from",
     "source",
-    type=click.Choice(["memstore", "openai-agents-sqlite"]),
+    type=click.Choice(["memstore", "openai-agents-sqlite", "openai-agents-sql"]),
     default="memstore",
-    help="What FILE is: a `memstore export` file (default) or an OpenAI Agents SDK "
-    "SQLiteSession database.",
+    help="What FILE is: a `memstore export` file (default), an OpenAI Agents SDK "
+    "SQLiteSession file, or (openai-agents-sql) the URL of SQLAlchemySession tables.",
 )
 @click.option("--app-prefix", default="", help="Prefix for the app id of each imported session.")
 @database_option
@@ -742,8 +743,10 @@ def import_command(
     each committed whole or not at all.
     """
     if source != "memstore":
-        _import_sessions(file, app_prefix, as_json, database_url, redis_url)
+        _import_sessions(source, file, app_prefix, as_json, database_url, redis_url)
         return
+    if not os.path.isfile(file):
+        raise click.BadParameter(f"no file at {file!r}", param_hint="FILE")
     with _open(database_url, redis_url) as store:
         lines = sum(1 for _ in _records(file, store))  # validates every record first
         with click.progressbar(
@@ -797,17 +800,27 @@ def _records(path: str, check: MemoryStore | None) -> Iterator[dict[str, Any]]:
 
 
 def _import_sessions(
-    path: str, app_prefix: str, as_json: bool, database_url: str | None, redis_url: str | None
+    source: str,
+    path: str,
+    app_prefix: str,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
 ) -> None:
-    """``--from openai-agents-sqlite``: one app per session, one transaction per session."""
+    """``--from openai-agents-sqlite|sql``: one app per session, one transaction each."""
     from memstore import importers
 
-    sessions = [session_id for session_id, _ in importers.agents_sqlite_sessions(path)]
+    read = (
+        importers.agents_sqlite_sessions
+        if source == "openai-agents-sqlite"
+        else importers.agents_sql_sessions
+    )
+    sessions = [session_id for session_id, _ in read(path)]
     reports: list[importers.SessionImport] = []
     with (
         _open(database_url, redis_url) as store,
         click.progressbar(
-            importers.agents_sqlite_sessions(path),
+            read(path),
             length=len(sessions),
             label="importing sessions",
             file=sys.stderr,
@@ -819,7 +832,8 @@ def _import_sessions(
             )
             reports.append(report)
             audit.info(
-                "import source=openai-agents-sqlite app=%r messages=%d skipped=%s",
+                "import source=%s app=%r messages=%d skipped=%s",
+                source,
                 report.app_id,
                 0 if report.skipped else report.messages,
                 report.skipped,

@@ -2,7 +2,8 @@
 converts rows with the matching adapter's codec, so an imported app reads back through that
 adapter exactly like one it wrote.
 
-So far: the OpenAI Agents SDK's ``SQLiteSession`` file (``--from openai-agents-sqlite``).
+So far: the OpenAI Agents SDK's ``SQLiteSession`` file (``--from openai-agents-sqlite``) and
+its ``SQLAlchemySession`` tables on any database (``--from openai-agents-sql``).
 
 A session becomes one app (``app_prefix + session_id``), written in one transaction with its
 original timestamps; a session whose app already has rows is skipped, so an interrupted import
@@ -63,6 +64,8 @@ class SourceItem:
 
 
 def _stamp(value: object) -> datetime:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
@@ -115,6 +118,62 @@ def agents_sqlite_sessions(
             yield str(session_id), items
     finally:
         conn.close()
+
+
+def agents_sql_sessions(
+    url: str,
+    *,
+    sessions_table: str = "agent_sessions",
+    messages_table: str = "agent_messages",
+) -> Iterator[tuple[str, list[SourceItem]]]:
+    """Each session of the Agents SDK's ``SQLAlchemySession`` tables at ``url`` (an async
+    driver in the URL is swapped for its sync twin), oldest item first."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from memstore.adapters._history import _sync_url
+
+    messages = sa.table(
+        messages_table,
+        sa.column("id"),
+        sa.column("session_id"),
+        sa.column("message_data"),
+        sa.column("created_at"),
+    )
+    try:
+        engine = sa.create_engine(_sync_url(make_url(url)))
+    except (ArgumentError, ImportError, ValueError) as error:
+        raise ImportSourceError(f"cannot open the source URL ({type(error).__name__})") from None
+    try:
+        with engine.connect() as conn:
+            try:
+                session_ids = list(
+                    conn.execute(
+                        sa.select(messages.c.session_id).distinct().order_by(messages.c.session_id)
+                    ).scalars()
+                )
+            except SQLAlchemyError as error:
+                raise ImportSourceError(
+                    f"no Agents SDK session tables there ({type(error).__name__})"
+                ) from None
+            for session_id in session_ids:
+                query = (
+                    sa.select(messages.c.id, messages.c.message_data, messages.c.created_at)
+                    .where(messages.c.session_id == session_id)
+                    .order_by(messages.c.id)
+                )
+                items: list[SourceItem] = []
+                for row_id, data, created in conn.execute(query):
+                    try:
+                        item = json.loads(data)
+                    except ValueError:
+                        raise ImportSourceError(
+                            f"session {session_id!r} row {row_id}: the item is not JSON"
+                        ) from None
+                    items.append(SourceItem(row_id, item, _stamp(created)))
+                yield str(session_id), items
+    finally:
+        engine.dispose()
 
 
 def import_agents_session(

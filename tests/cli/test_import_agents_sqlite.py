@@ -105,3 +105,36 @@ def test_import_agents_sqlite_refuses_other_files(tmp_path: Path) -> None:
     )
     assert result.exit_code != 0
     assert "not an Agents SDK session file" in str(result.exception)
+
+
+def test_import_agents_sqlalchemy_session_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's SQLAlchemySession tables, written by the SDK itself on an aiosqlite URL."""
+    from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+
+    monkeypatch.delenv("MEMSTORE_REDIS_URL", raising=False)
+    source = f"sqlite+aiosqlite:///{tmp_path / 'sa.db'}"
+
+    async def fill() -> None:
+        for session_id, items in (("good", GOOD), ("legacy", LEGACY)):
+            session = SQLAlchemySession.from_url(session_id, url=source, create_tables=True)
+            await session.add_items(items)
+            await session.engine.dispose()
+
+    asyncio.run(fill())
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    store = MemoryStore(Settings(database_url=url))
+    store.migrate()
+    result = CliRunner().invoke(
+        cli, ["import", source, "--from", "openai-agents-sql", "--database-url", url]
+    )
+    assert result.exit_code == 0, result.output
+    assert "sessions: 2, imported: 2, skipped: 0, messages: 8" in result.stdout
+    assert [m.type for m in store.load_window("good")] == ["user", "ai", "tool_result", "ai"]
+    assert validate(store.load_window("legacy"), "openai") == []
+    again = CliRunner().invoke(
+        cli, ["import", source, "--from", "openai-agents-sql", "--database-url", url]
+    )
+    assert "imported: 0, skipped: 2" in again.stdout
+    store.close()

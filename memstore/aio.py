@@ -44,7 +44,7 @@ from memstore.core.export import (
     parse_record,
     requested_call_ids,
 )
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import normalize_app_id, normalize_app_ids, normalize_user_id
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -229,7 +229,7 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.prune`."""
         rule = RetentionRule(older_than, keep_last)
         if app_ids is not None:
-            apps = [normalize_app_id(app) for app in list(app_ids)]
+            apps = normalize_app_ids(app_ids)
             return [await self._prune_app(app, rule, dry_run) for app in apps]
         reports = []
         async for app in iter_app_ids(self.engine):
@@ -260,7 +260,7 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.export` (an async iterator here)."""
         from memstore import __version__
 
-        apps = None if app_ids is None else [normalize_app_id(a) for a in list(app_ids)]
+        apps = None if app_ids is None else normalize_app_ids(app_ids)
         user = normalize_user_id(user_id)
         export_scope(apps, user)
         yield header_record(datetime.now(timezone.utc), __version__)

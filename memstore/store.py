@@ -39,7 +39,7 @@ from memstore.core.export import (
     parse_record,
     requested_call_ids,
 )
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import normalize_app_id, normalize_app_ids, normalize_user_id
 from memstore.core.loader import run_steps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -249,7 +249,7 @@ class MemoryStore(StoreBase):
         """
         rule = RetentionRule(older_than, keep_last)
         if app_ids is not None:
-            return [self._prune_app(normalize_app_id(a), rule, dry_run) for a in list(app_ids)]
+            return [self._prune_app(app, rule, dry_run) for app in normalize_app_ids(app_ids)]
         reports = (self._prune_app(app, rule, dry_run) for app in iter_app_ids(self.engine))
         return [report for report in reports if not prune_is_empty(report)]
 
@@ -281,7 +281,7 @@ class MemoryStore(StoreBase):
         """
         from memstore import __version__
 
-        apps = None if app_ids is None else [normalize_app_id(a) for a in list(app_ids)]
+        apps = None if app_ids is None else normalize_app_ids(app_ids)
         user = normalize_user_id(user_id)
         export_scope(apps, user)
         yield header_record(datetime.now(timezone.utc), __version__)

@@ -263,3 +263,16 @@ def test_prune_racing_appends_loses_no_newer_message(store: MemoryStore, app_id:
     assert remaining == expected
     assert report.original_rows == len([i for i in seeded + written if i < report.first_kept_id])
     store.purge(app_id)
+
+
+def test_a_single_app_id_is_one_app_not_its_characters(store: MemoryStore, app_id: str) -> None:
+    store.append(app_id, [UserMessage(text="q"), AiMessage(text="a")])
+    for letter in set(app_id):
+        store.append(letter, [UserMessage(text="neighbour")])
+    [report] = store.prune(keep_last=1, app_ids=app_id)
+    assert (report.app_id, report.original_rows) == (app_id, 1)
+    assert all(store.load_window(letter) for letter in set(app_id))
+    assert [r["record"] for r in store.export(app_id)].count("original") == 1
+    for letter in set(app_id):
+        store.purge(letter)
+    store.purge(app_id)

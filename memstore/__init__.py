@@ -11,10 +11,12 @@ from memstore.errors import (
     ClockMovedBackwardsError,
     ConfigurationError,
     FormatConversionError,
+    ImportRecordError,
     IncompleteToolCallError,
     InvalidAppIdError,
     InvalidInputError,
     InvalidMessageError,
+    InvalidRetentionError,
     MemstoreError,
     MessageTooLargeError,
     MissingExtraError,
@@ -31,7 +33,14 @@ from memstore.messages import (
     ToolResult,
     UserMessage,
 )
-from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.reports import (
+    DisplayEntry,
+    ImportCounts,
+    ImportReport,
+    PruneReport,
+    PurgeReport,
+    ReloadReport,
+)
 from memstore.store import ChatMemory, MemoryStore
 
 __version__ = "0.1.0"
@@ -54,15 +63,20 @@ __all__ = [
     "ConfigurationError",
     "DisplayEntry",
     "FormatConversionError",
+    "ImportCounts",
+    "ImportRecordError",
+    "ImportReport",
     "IncompleteToolCallError",
     "InvalidAppIdError",
     "InvalidInputError",
     "InvalidMessageError",
+    "InvalidRetentionError",
     "MemoryStore",
     "MemstoreError",
     "Message",
     "MessageTooLargeError",
     "MissingExtraError",
+    "PruneReport",
     "PurgeReport",
     "ReloadReport",
     "SchemaError",

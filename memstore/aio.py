@@ -20,7 +20,8 @@ Needs the ``async`` extra (``pip install 'memstore[async]'``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +32,24 @@ from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, display_drafts
-from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
+from memstore.core.export import (
+    AppCounts,
+    ImportRow,
+    check_header,
+    display_record,
+    execution_record,
+    export_scope,
+    header_record,
+    original_record,
+    parse_record,
+    requested_call_ids,
+)
+from memstore.core.inputs import (
+    MAX_WINDOW_MESSAGES,
+    normalize_app_id,
+    normalize_app_ids,
+    normalize_user_id,
+)
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -39,14 +57,20 @@ from memstore.core.plans import (
     purge_report,
     reload_report,
 )
+from memstore.core.retention import RetentionRule
+from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
-from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
 from memstore.sql.engine import translated_errors
+from memstore.sql.export import IMPORT_BATCH, import_report
+from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
+from memstore.sql.schema import display, original
 from memstore.store_base import StoreBase
 
 logger = logging.getLogger("memstore")
@@ -60,6 +84,15 @@ async def _run_steps(steps: WindowSteps, sql: AsyncSqlHistory, app_id: str) -> W
     except StopIteration as done:
         window: Window = done.value
         return window
+
+
+async def _apps_to_export(engine: AsyncEngine, apps: list[str] | None) -> AsyncIterator[str]:
+    if apps is not None:
+        for app in apps:
+            yield app
+        return
+    async for app in iter_app_ids(engine):
+        yield app
 
 
 class AsyncMemoryStore(StoreBase):
@@ -87,6 +120,8 @@ class AsyncMemoryStore(StoreBase):
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
         self._sql = AsyncSqlHistory(self.engine)
+        self._retention = AsyncSqlRetention(self.engine)
+        self._export = AsyncSqlExport(self.engine)
         self._owns_cache = cache is None
         self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
         # See MemoryStore: an in-process window is checked against the app's SQL generation.
@@ -209,6 +244,101 @@ class AsyncMemoryStore(StoreBase):
         app = normalize_app_id(app_id)
         counts = await self._sql.purge(app)
         return purge_report(app, counts, await self.cache.purge(app))
+
+    async def prune(
+        self,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        app_ids: Iterable[str | int] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[PruneReport]:
+        """See :meth:`memstore.MemoryStore.prune`."""
+        rule = RetentionRule(older_than, keep_last)
+        if app_ids is not None:
+            apps = normalize_app_ids(app_ids)
+            return [await self._prune_app(app, rule, dry_run) for app in apps]
+        reports = []
+        async for app in iter_app_ids(self.engine):
+            report = await self._prune_app(app, rule, dry_run)
+            if not prune_is_empty(report):
+                reports.append(report)
+        return reports
+
+    async def _prune_app(self, app_id: str, rule: RetentionRule, dry_run: bool) -> PruneReport:
+        now = datetime.now(timezone.utc)
+        snapshot = await self._retention.snapshot(app_id)
+        decision = decide_prune(app_id, snapshot, rule, now)
+        if dry_run:
+            counts = await self._retention.count(
+                decision.plan, decision.display, decision.guard_cutoff, app_id
+            )
+            return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
+        counts = await self._retention.apply(
+            app_id, decision.plan, decision.display, decision.guard_cutoff
+        )
+        if decision.plan.drop:
+            await self.cache.invalidate(app_id)
+        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
+
+    async def export(
+        self, app_ids: Iterable[str | int] | None = None, user_id: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`memstore.MemoryStore.export` (an async iterator here)."""
+        from memstore import __version__
+
+        apps = None if app_ids is None else normalize_app_ids(app_ids)
+        user = normalize_user_id(user_id)
+        export_scope(apps, user)
+        yield header_record(datetime.now(timezone.utc), __version__)
+        if user is not None:
+            calls: dict[str, list[str]] = {}
+            async for row in self._export.user_rows(original, user):
+                message = decode_payload(row["payload"], row["id"])
+                calls.setdefault(row["app_id"], []).extend(requested_call_ids(message))
+                yield original_record(row, message)
+            async for row in self._export.user_rows(display, user):
+                yield display_record(row)
+            for app, call_ids in sorted(calls.items()):
+                async for row in self._export.executions_for_calls(app, call_ids):
+                    yield execution_record(row)
+            return
+        async for app in _apps_to_export(self.engine, apps):
+            async for row in self._export.app_rows(original, app):
+                yield original_record(row, decode_payload(row["payload"], row["id"]))
+            async for row in self._export.app_rows(display, app):
+                yield display_record(row)
+            async for row in self._export.app_executions(app):
+                yield execution_record(row)
+
+    async def import_records(self, records: Iterable[Mapping[str, Any]]) -> ImportReport:
+        """See :meth:`memstore.MemoryStore.import_records`."""
+        counts: dict[str, AppCounts] = {}
+        batch: list[ImportRow] = []
+        seen = 0
+        headed = False
+        for line, data in enumerate(records, start=1):
+            if not headed:
+                check_header(data, line)
+                headed = True
+                continue
+            seen += 1
+            row = parse_record(data, line, self.settings.max_text_bytes)
+            if row is not None:
+                batch.append(row)
+            if len(batch) >= IMPORT_BATCH:
+                await self._import_batch(batch, counts)
+                batch = []
+        if not headed:
+            check_header(None, 1)
+        await self._import_batch(batch, counts)
+        return import_report(seen, counts)
+
+    async def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
+        if not batch:
+            return
+        for app in await self._export.import_batch(batch, counts):
+            await self.cache.invalidate(app)
 
     async def close(self) -> None:
         """Release the connections this store created."""

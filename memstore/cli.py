@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections import deque
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
@@ -544,3 +545,315 @@ def main() -> None:
         click.echo(f"error: {error}", err=True)
         sys.exit(EXIT_USAGE)
     sys.exit(EXIT_OK)
+
+
+# -- data lifecycle: prune ----------------------------------------------------------------------
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(value: str | None) -> timedelta | None:
+    """``90d``, ``12h``, ``30m``, ``45s`` or ``2w``."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    unit = _DURATION_UNITS.get(text[-1:]) if text else None
+    if unit is None or not text[:-1].isdigit():
+        raise click.BadParameter(
+            f"{value!r} is not a duration like 90d, 12h, 30m, 45s or 2w", param_hint="--older-than"
+        )
+    return timedelta(seconds=int(text[:-1]) * unit)
+
+
+@cli.command()
+@click.argument("app_ids", nargs=-1)
+@click.option("--all", "all_apps", is_flag=True, help="Every app with history.")
+@click.option(
+    "--older-than",
+    default=None,
+    help="Remove messages older than this (90d, 12h, 2w...; default MEMSTORE_RETENTION_DAYS).",
+)
+@click.option(
+    "--keep-last", type=click.IntRange(min=1), default=None, help="Keep the newest N messages."
+)
+@click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
+@click.option("--yes", is_flag=True, help="Do not ask; required without a terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@database_option
+@redis_option
+def prune(
+    app_ids: tuple[str, ...],
+    all_apps: bool,
+    older_than: str | None,
+    keep_last: int | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Hard-delete the oldest messages of APP_IDs (or --all) in both histories.
+
+    A tool exchange goes whole or stays whole; display rows go by the same age; with an age
+    the loop guard's older records go too. Deletes run in short batches while traffic flows.
+    """
+    age = _duration(older_than)
+    with _open(database_url, redis_url) as store:
+        apps = _apps(store, app_ids, all_apps)
+        if age is None and keep_last is None:
+            if store.settings.retention_days is None:
+                raise click.UsageError(
+                    "give --older-than and/or --keep-last (or set MEMSTORE_RETENTION_DAYS)"
+                )
+            age = timedelta(days=store.settings.retention_days)
+        rule = operations.retention_rule(age, keep_last)
+        what = ", ".join(
+            part
+            for part in (
+                f"older than {older_than or f'{store.settings.retention_days}d'}"
+                if age is not None
+                else "",
+                f"all but the newest {keep_last}" if keep_last is not None else "",
+            )
+            if part
+        )
+        scope = "every app" if apps is None else f"{len(apps)} app(s)"
+        click.echo(f"prune {what} in {scope}" + (" (dry run)" if dry_run else ""), err=True)
+        if not dry_run and not yes:
+            if not sys.stdin.isatty():
+                click.echo("refusing to prune without a terminal; pass --yes", err=True)
+                raise SystemExit(EXIT_FINDINGS)
+            if not click.confirm("Delete these messages permanently?", err=True):
+                raise SystemExit(EXIT_FINDINGS)
+        totals = {"apps": 0, "original_rows": 0, "display_rows": 0, "tool_executions": 0}
+        reports: list[dict[str, Any]] = []
+        try:
+            for app in _walk(store, apps, "pruning"):
+                report = operations.prune_app(store, app, rule, dry_run=dry_run)
+                totals["apps"] += 1
+                for key in ("original_rows", "display_rows", "tool_executions"):
+                    totals[key] += getattr(report, key)
+                if not dry_run:
+                    audit.info(
+                        "prune app=%r rule=%r original_rows=%d display_rows=%d tool_executions=%d",
+                        app,
+                        what,
+                        report.original_rows,
+                        report.display_rows,
+                        report.tool_executions,
+                    )
+                if apps is not None or report.original_rows or report.display_rows:
+                    reports.append(report.model_dump())
+        except KeyboardInterrupt:
+            click.echo(f"interrupted after {totals['apps']} apps", err=True)
+            _summary(totals, as_json)
+            raise SystemExit(EXIT_FINDINGS) from None
+        if as_json:
+            _emit_json({"reports": reports, "summary": totals, "dry_run": dry_run})
+            return
+        verb = "would remove" if dry_run else "removed"
+        for done in reports:
+            click.echo(
+                f"{done['app_id']}: {verb} {done['original_rows']} original rows, "
+                f"{done['display_rows']} display rows, {done['tool_executions']} tool executions"
+            )
+        _summary(totals, False)
+
+
+# -- data lifecycle: export and import -----------------------------------------------------------
+
+
+@cli.command("export")
+@click.argument("app_ids", nargs=-1)
+@click.option("--user-id", default=None, help="Every row written for this user instead.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", *PROVIDER_FORMATS]),
+    default="jsonl",
+    help="memstore-export JSON Lines (default, importable), or one provider-format "
+    "conversation per app and line.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    default="-",
+    help="File to write (default: standard output).",
+)
+@database_option
+@redis_option
+def export_command(
+    app_ids: tuple[str, ...],
+    user_id: str | None,
+    fmt: str,
+    output: str,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Write every message of APP_IDs (or --user-id) as JSON Lines: both histories and the
+    loop guard's records, ids and timestamps kept (`memstore import` reads it back)."""
+    if bool(app_ids) == (user_id is not None):
+        raise click.UsageError("give APP_IDs or --user-id (one of them)")
+    if fmt != "jsonl" and user_id is not None:
+        raise click.UsageError(f"--format {fmt} exports whole apps: give APP_IDs")
+    with (
+        _open(database_url, redis_url) as store,
+        click.open_file(output, "w", encoding="utf-8") as out,
+    ):
+        written = 0
+        if fmt == "jsonl":
+            for record in store.export(app_ids or None, user_id):
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += 1
+        else:
+            for app in (normalize_app_id(a) for a in app_ids):
+                rows = admin.counts_for(store.engine, app_id=app).original_rows
+                messages = store.load_window(app, max(1, rows))
+                line = {
+                    "app_id": app,
+                    "format": fmt,
+                    "conversation": _provider_format(messages, fmt),
+                }
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                written += 1
+    click.echo(f"exported {written} records", err=True)
+
+
+@cli.command("import")
+@click.argument("file")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(["memstore", "openai-agents-sqlite", "openai-agents-sql"]),
+    default="memstore",
+    help="What FILE is: a `memstore export` file (default), an OpenAI Agents SDK "
+    "SQLiteSession file, or (openai-agents-sql) the URL of SQLAlchemySession tables.",
+)
+@click.option("--app-prefix", default="", help="Prefix for the app id of each imported session.")
+@database_option
+@redis_option
+def import_command(
+    file: str,
+    as_json: bool,
+    source: str,
+    app_prefix: str,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Import a `memstore export` file. Idempotent: rows already stored (same id) are skipped,
+    so a second run, or a rerun after an interruption, only adds what is missing.
+
+    The whole file is validated before anything is written; then it is written in batches,
+    each committed whole or not at all.
+    """
+    if source != "memstore":
+        _import_sessions(source, file, app_prefix, as_json, database_url, redis_url)
+        return
+    if not os.path.isfile(file):
+        raise click.BadParameter(f"no file at {file!r}", param_hint="FILE")
+    with _open(database_url, redis_url) as store:
+        lines = sum(1 for _ in _records(file, store))  # validates every record first
+        with click.progressbar(
+            _records(file, None), length=lines, label="importing", file=sys.stderr
+        ) as bar:
+            report = store.import_records(bar)
+        audit.info(
+            "import file=%r original_rows=%d display_rows=%d tool_executions=%d",
+            file,
+            report.total.original_inserted,
+            report.total.display_inserted,
+            report.total.tool_executions_inserted,
+        )
+        if as_json:
+            _emit_json(report.model_dump())
+            return
+        for app, counts in report.apps.items():
+            skipped = counts.original_skipped + counts.display_skipped
+            skipped += counts.tool_executions_skipped
+            click.echo(
+                f"{app}: {counts.original_inserted} original rows, {counts.display_inserted} "
+                f"display rows, {counts.tool_executions_inserted} tool executions imported; "
+                f"{skipped} already stored"
+            )
+        total = report.total
+        click.echo(
+            f"records: {report.records}, inserted: "
+            f"{total.original_inserted + total.display_inserted + total.tool_executions_inserted}"
+            f", skipped: "
+            f"{total.original_skipped + total.display_skipped + total.tool_executions_skipped}"
+        )
+
+
+def _records(path: str, check: MemoryStore | None) -> Iterator[dict[str, Any]]:
+    """The file's records, one per line; with ``check`` each is validated as it is read."""
+    from memstore.core.export import check_header, parse_record
+    from memstore.errors import ImportRecordError
+
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                raise ImportRecordError("not a JSON line", line=line_number) from None
+            if check is not None:
+                if line_number == 1:
+                    check_header(data, 1)
+                else:
+                    parse_record(data, line_number, check.settings.max_text_bytes)
+            yield data
+
+
+def _import_sessions(
+    source: str,
+    path: str,
+    app_prefix: str,
+    as_json: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """``--from openai-agents-sqlite|sql``: one app per session, one transaction each."""
+    from memstore import importers
+
+    read = (
+        importers.agents_sqlite_sessions
+        if source == "openai-agents-sqlite"
+        else importers.agents_sql_sessions
+    )
+    sessions = [session_id for session_id, _ in read(path)]
+    reports: list[importers.SessionImport] = []
+    with (
+        _open(database_url, redis_url) as store,
+        click.progressbar(
+            read(path),
+            length=len(sessions),
+            label="importing sessions",
+            file=sys.stderr,
+        ) as bar,
+    ):
+        for session_id, items in bar:
+            report = importers.import_agents_session(
+                store, app_prefix + session_id, session_id, items
+            )
+            reports.append(report)
+            audit.info(
+                "import source=%s app=%r messages=%d skipped=%s",
+                source,
+                report.app_id,
+                0 if report.skipped else report.messages,
+                report.skipped,
+            )
+    if as_json:
+        _emit_json([vars(report) for report in reports])
+        return
+    for report in reports:
+        state = "already imported, skipped" if report.skipped else f"{report.messages} messages"
+        found = ", ".join(f"{code}: {n}" for code, n in sorted(report.findings.items()))
+        click.echo(
+            f"{report.session_id} -> {report.app_id}: {state}" + (f" ({found})" if found else "")
+        )
+    done = [r for r in reports if not r.skipped]
+    click.echo(
+        f"sessions: {len(reports)}, imported: {len(done)}, skipped: {len(reports) - len(done)}, "
+        f"messages: {sum(r.messages for r in done)}"
+    )

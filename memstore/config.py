@@ -55,6 +55,9 @@ class Settings(BaseModel):
     """How long the id generator waits out a clock that stepped back before failing."""
     guard_debug: bool = False
     """Log every loop-guard decision (``memstore.guard`` logger), message text redacted."""
+    retention_days: int | None = Field(default=None, ge=1)
+    """Default age limit of ``memstore prune`` when no ``--older-than``/``--keep-last`` is
+    given (for a scheduled ``memstore prune --all --yes``); ``None``: no default."""
 
     @field_validator(
         "window_size",

@@ -60,6 +60,24 @@ class UnknownToolCallError(InvalidInputError):
     """
 
 
+class InvalidRetentionError(InvalidInputError):
+    """A prune was asked with no rule, a negative ``older_than`` or a ``keep_last`` below 1."""
+
+
+class ImportRecordError(InvalidInputError):
+    """A record given to ``import_records`` (or a line of an export file) is not valid.
+
+    ``line`` is the record's 1-based position in the input (the file's line number) and
+    ``field`` the offending field when one is to blame. The detail never quotes message text.
+    Nothing of the batch holding the record was written.
+    """
+
+    def __init__(self, detail: str, *, line: int, field: str | None = None) -> None:
+        super().__init__(f"record {line}: {detail}")
+        self.line = line
+        self.field = field
+
+
 class StreamProtocolError(InvalidInputError):
     """A stream collector got a chunk or call it cannot take in this state: an unknown or
     malformed chunk, a result for a call id never requested or reported twice, text while

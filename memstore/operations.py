@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
@@ -15,8 +15,10 @@ from memstore.core.check import (
     repair_plan,
 )
 from memstore.core.id_order import newest_of
+from memstore.core.retention import RetentionRule
 from memstore.core.rows import original_row
 from memstore.ids import shared_generator
+from memstore.reports import PruneReport
 from memstore.sql import admin, generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import newest_id_query
@@ -85,3 +87,16 @@ def purge_user(store: MemoryStore, user_id: str) -> tuple[admin.RowCounts, list[
     for app_id in apps:
         store.memory(app_id).invalidate()
     return counts, apps
+
+
+def retention_rule(older_than: timedelta | None, keep_last: int | None) -> RetentionRule:
+    """Check a prune's rule once, before walking any app."""
+    return RetentionRule(older_than, keep_last)
+
+
+def prune_app(
+    store: MemoryStore, app_id: str, rule: RetentionRule, *, dry_run: bool = False
+) -> PruneReport:
+    """Prune one app under ``rule`` (see :meth:`MemoryStore.prune`)."""
+    [report] = store.prune(rule.older_than, rule.keep_last, [app_id], dry_run=dry_run)
+    return report

@@ -50,3 +50,39 @@ class DisplayEntry(_Report):
     status: str
     """``"ok"``, or ``"failed"`` for a reply that broke off."""
     created_at: datetime
+
+
+class PruneReport(_Report):
+    """What one prune removed from one app (or would remove, with ``dry_run``)."""
+
+    app_id: str
+    original_rows: int
+    """Messages of the original history removed (the prefix, tool groups kept whole)."""
+    display_rows: int
+    tool_executions: int
+    """Loop-guard records last updated before the age cutoff (age rules only)."""
+    first_kept_id: int | None
+    """The oldest original-history row left; ``None`` when none is left or none was pruned."""
+    window_dropped: bool
+    """True when the app's cached window was dropped (it may have held pruned messages)."""
+    dry_run: bool = False
+
+
+class ImportCounts(_Report):
+    """Rows one import inserted and skipped (already stored: same id) per table."""
+
+    original_inserted: int = 0
+    original_skipped: int = 0
+    display_inserted: int = 0
+    display_skipped: int = 0
+    tool_executions_inserted: int = 0
+    tool_executions_skipped: int = 0
+
+
+class ImportReport(_Report):
+    """The outcome of ``import_records``: counts per app and in total."""
+
+    records: int
+    """Records read after the header."""
+    apps: dict[str, ImportCounts]
+    total: ImportCounts

@@ -15,7 +15,8 @@ with the edge check whenever it is missing (expired, flushed, restarted) or unce
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,24 @@ from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, display_drafts
-from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
+from memstore.core.export import (
+    AppCounts,
+    ImportRow,
+    check_header,
+    display_record,
+    execution_record,
+    export_scope,
+    header_record,
+    original_record,
+    parse_record,
+    requested_call_ids,
+)
+from memstore.core.inputs import (
+    MAX_WINDOW_MESSAGES,
+    normalize_app_id,
+    normalize_app_ids,
+    normalize_user_id,
+)
 from memstore.core.loader import run_steps, window_steps
 from memstore.core.plans import (
     history_page,
@@ -34,13 +52,23 @@ from memstore.core.plans import (
     purge_report,
     reload_report,
 )
+from memstore.core.retention import RetentionRule
+from memstore.core.rows import decode_payload
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
-from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
+from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
+from memstore.sql.export import (
+    IMPORT_BATCH,
+    SqlExport,
+    import_report,
+)
+from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import SqlHistory
+from memstore.sql.schema import display, original
 from memstore.store_base import StoreBase
 
 if TYPE_CHECKING:
@@ -73,6 +101,8 @@ class MemoryStore(StoreBase):
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
         self._sql = SqlHistory(self.engine)
+        self._retention = SqlRetention(self.engine)
+        self._export = SqlExport(self.engine)
         self._owns_cache = cache is None
         self.cache: WindowCache = cache if cache is not None else self._default_cache()
         # An in-process window cannot see other processes' writes: check it against the
@@ -223,6 +253,125 @@ class MemoryStore(StoreBase):
         app = normalize_app_id(app_id)
         counts = self._sql.purge(app)
         return purge_report(app, counts, self.cache.purge(app))
+
+    def prune(
+        self,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        app_ids: Iterable[str | int] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[PruneReport]:
+        """Hard-delete the oldest messages of apps: those created more than ``older_than`` ago
+        and/or all but the newest ``keep_last`` (both limits apply when both are given).
+
+        A tool exchange is removed whole or kept whole, so what remains never starts with a
+        tool result and never holds a request without its results. Display rows go by the
+        same age (and those older than the first kept message go too); with ``older_than``
+        the loop guard's records last updated before the cutoff go as well. Deletes run in
+        short batches; rows written while the prune runs are never touched; the window of an
+        app that lost messages is dropped. ``app_ids=None`` prunes every app and reports only
+        the apps that lost rows. Raises :class:`~memstore.errors.InvalidRetentionError` for
+        a missing or out-of-range rule.
+        """
+        rule = RetentionRule(older_than, keep_last)
+        if app_ids is not None:
+            return [self._prune_app(app, rule, dry_run) for app in normalize_app_ids(app_ids)]
+        reports = (self._prune_app(app, rule, dry_run) for app in iter_app_ids(self.engine))
+        return [report for report in reports if not prune_is_empty(report)]
+
+    def _prune_app(self, app_id: str, rule: RetentionRule, dry_run: bool) -> PruneReport:
+        now = datetime.now(timezone.utc)
+        snapshot = self._retention.snapshot(app_id)
+        decision = decide_prune(app_id, snapshot, rule, now)
+        if dry_run:
+            counts = self._retention.count(
+                decision.plan, decision.display, decision.guard_cutoff, app_id
+            )
+            return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
+        counts = self._retention.apply(
+            app_id, decision.plan, decision.display, decision.guard_cutoff
+        )
+        if decision.plan.drop:
+            self.cache.invalidate(app_id)
+        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
+
+    def export(
+        self, app_ids: Iterable[str | int] | None = None, user_id: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every row of the apps (all apps when both arguments are ``None``) or of one user, as
+        records of the ``memstore-export`` format (see :mod:`memstore.core.export`): a header,
+        then per app its original history, display history and loop-guard records.
+
+        Streamed page by page: memory stays flat whatever the size of an app. For a user, the
+        loop-guard records are those answering the user's own tool requests.
+        """
+        from memstore import __version__
+
+        apps = None if app_ids is None else normalize_app_ids(app_ids)
+        user = normalize_user_id(user_id)
+        export_scope(apps, user)
+        yield header_record(datetime.now(timezone.utc), __version__)
+        if user is not None:
+            yield from self._export_user(user)
+            return
+        for app in apps if apps is not None else iter_app_ids(self.engine):
+            for row in self._export.app_rows(original, app):
+                yield original_record(row, decode_payload(row["payload"], row["id"]))
+            for row in self._export.app_rows(display, app):
+                yield display_record(row)
+            for row in self._export.app_executions(app):
+                yield execution_record(row)
+
+    def _export_user(self, user: str) -> Iterator[dict[str, Any]]:
+        calls: dict[str, list[str]] = {}
+        for row in self._export.user_rows(original, user):
+            message = decode_payload(row["payload"], row["id"])
+            calls.setdefault(row["app_id"], []).extend(requested_call_ids(message))
+            yield original_record(row, message)
+        for row in self._export.user_rows(display, user):
+            yield display_record(row)
+        for app, call_ids in sorted(calls.items()):
+            for row in self._export.executions_for_calls(app, call_ids):
+                yield execution_record(row)
+
+    def import_records(self, records: Iterable[Mapping[str, Any]]) -> ImportReport:
+        """Write records of the ``memstore-export`` format (the first one its header).
+
+        Idempotent: a row whose id (a loop-guard record: app id and idempotency key) is
+        already stored is skipped, so importing the same records twice changes nothing and
+        an interrupted import can simply be run again. Rows are written as they are (ids,
+        timestamps, soft-deleted flags kept; no write-time checks on tool groups). Each batch
+        of records is validated first and commits whole or not at all; a bad record raises
+        :class:`~memstore.errors.ImportRecordError` with its position (batches before it
+        stay written). Windows of the apps that got rows are dropped.
+        """
+        counts: dict[str, AppCounts] = {}
+        batch: list[ImportRow] = []
+        seen = 0
+        headed = False
+        for line, data in enumerate(records, start=1):
+            if not headed:
+                check_header(data, line)
+                headed = True
+                continue
+            seen += 1
+            row = parse_record(data, line, self.settings.max_text_bytes)
+            if row is not None:
+                batch.append(row)
+            if len(batch) >= IMPORT_BATCH:
+                self._import_batch(batch, counts)
+                batch = []
+        if not headed:
+            check_header(None, 1)
+        self._import_batch(batch, counts)
+        return import_report(seen, counts)
+
+    def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
+        if not batch:
+            return
+        for app in self._export.import_batch(batch, counts):
+            self.cache.invalidate(app)
 
     def close(self) -> None:
         """Release the connections this store created (an engine or cache passed in stays open)."""

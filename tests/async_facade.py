@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterable
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ from memstore.cache.aio import AsyncWindowCache
 from memstore.cache.base import CachedWindow
 from memstore.core.display import ToolFormatter
 from memstore.messages import Message, ToolRequest
-from memstore.reports import DisplayEntry, PurgeReport, ReloadReport
+from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
 
 T = TypeVar("T")
 
@@ -157,6 +158,25 @@ class SyncFacade:
 
     def purge(self, app_id: Any) -> PurgeReport:
         return self._run(self._store.purge(app_id))
+
+    def prune(
+        self,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        app_ids: Iterable[Any] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[PruneReport]:
+        return self._run(self._store.prune(older_than, keep_last, app_ids, dry_run=dry_run))
+
+    def export(self, app_ids: Iterable[Any] | None = None, user_id: str | None = None) -> Any:
+        async def collect() -> list[dict[str, Any]]:
+            return [record async for record in self._store.export(app_ids, user_id)]
+
+        return iter(self._run(collect()))
+
+    def import_records(self, records: Iterable[Any]) -> ImportReport:
+        return self._run(self._store.import_records(records))
 
     def register_formatter(self, tool_name: str, formatter: ToolFormatter) -> None:
         self._store.register_formatter(tool_name, formatter)

@@ -116,3 +116,12 @@ def check_messages(messages: Iterable[Message], max_text_bytes: int) -> None:
                 _check_call_id(call.id, f"{where} tool call id")
                 _check_text(call.name, f"{where} tool name", max_text_bytes)
                 _check_text(call.arguments, f"{where} arguments of {call.id!r}", max_text_bytes)
+
+
+def normalize_app_ids(app_ids: object) -> list[str]:
+    """A list of app ids; a single id (a string or int) is one app, never its characters."""
+    if isinstance(app_ids, (str, int)):
+        return [normalize_app_id(app_ids)]
+    if not isinstance(app_ids, Iterable):
+        raise InvalidAppIdError(f"app_ids must be a list of ids, got {type(app_ids).__name__}")
+    return [normalize_app_id(app_id) for app_id in app_ids]

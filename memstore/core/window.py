@@ -315,3 +315,23 @@ def reuses_call_id(entries: Sequence[tuple[str, tuple[str, ...]]], call_ids: Seq
     return any(
         kind in (KIND_REQUEST, KIND_RESULT) and wanted.intersection(ids) for kind, ids in entries
     )
+
+
+def requests_of_results(entries: Sequence[tuple[str, tuple[str, ...]]]) -> list[int | None]:
+    """For each entry (chronological), the index of the request entry its result answers.
+
+    Plain entries and requests get ``None``; so do results whose call id no earlier request
+    carries (legacy orphans). A result binds to the latest earlier request with its call id,
+    as :func:`select_window` binds it (a reused call id belongs to its newest request).
+    """
+    latest: dict[str, int] = {}
+    out: list[int | None] = []
+    for index, (kind, ids) in enumerate(entries):
+        if kind == KIND_RESULT:
+            out.append(latest.get(ids[0]))
+            continue
+        if kind == KIND_REQUEST:
+            for call_id in ids:
+                latest[call_id] = index
+        out.append(None)
+    return out

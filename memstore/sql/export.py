@@ -1,0 +1,184 @@
+"""Export and import statements: keyset pages out, idempotent batches in. Thin: the format and
+the import decision live in :mod:`memstore.core.export`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from memstore.core.export import (
+    DISPLAY,
+    ORIGINAL,
+    TOOL_EXECUTION,
+    AppCounts,
+    ImportRow,
+    changed_apps,
+    plan_import,
+)
+from memstore.reports import ImportCounts, ImportReport
+from memstore.sql import generation
+from memstore.sql.engine import translated_errors
+from memstore.sql.repository import in_app
+from memstore.sql.schema import display, original, tool_executions
+
+EXPORT_PAGE = 1000
+IMPORT_BATCH = 500
+"""Records per import transaction: each batch commits whole or not at all."""
+
+TABLES = {ORIGINAL: original, DISPLAY: display}
+
+
+def app_page(table: sa.Table, app_id: str, after: int) -> sa.Select[Any]:
+    """One keyset page of an app's rows (soft-deleted ones too), oldest first."""
+    return (
+        sa.select(table)
+        .where(in_app(table, app_id), table.c.id > after)
+        .order_by(table.c.app_id, table.c.id)
+        .limit(EXPORT_PAGE)
+    )
+
+
+def user_page(table: sa.Table, user_id: str, after: int) -> sa.Select[Any]:
+    return (
+        sa.select(table)
+        .where(table.c.user_id == user_id, table.c.id > after)
+        .order_by(table.c.id)
+        .limit(EXPORT_PAGE)
+    )
+
+
+def executions_page(app_id: str, after: str | None) -> sa.Select[Any]:
+    query = (
+        sa.select(tool_executions)
+        .where(tool_executions.c.app_id == app_id)
+        .order_by(tool_executions.c.app_id, tool_executions.c.idempotency_key)
+        .limit(EXPORT_PAGE)
+    )
+    if after is not None:
+        query = query.where(tool_executions.c.idempotency_key > after)
+    return query
+
+
+def executions_by_call(app_id: str, call_ids: Sequence[str]) -> sa.Select[Any]:
+    return (
+        sa.select(tool_executions)
+        .where(tool_executions.c.app_id == app_id, tool_executions.c.tool_call_id.in_(call_ids))
+        .order_by(tool_executions.c.idempotency_key)
+    )
+
+
+def existing_ids_query(table: sa.Table, ids: Sequence[int]) -> sa.Select[Any]:
+    return sa.select(table.c.id, table.c.app_id).where(table.c.id.in_(ids))
+
+
+def existing_keys_query(keys: Sequence[tuple[str, str]]) -> sa.Select[Any]:
+    by_app: dict[str, list[str]] = {}
+    for app_id, key in keys:
+        by_app.setdefault(app_id, []).append(key)
+    return sa.select(tool_executions.c.app_id, tool_executions.c.idempotency_key).where(
+        sa.or_(
+            *(
+                sa.and_(
+                    tool_executions.c.app_id == app_id,
+                    tool_executions.c.idempotency_key.in_(app_keys),
+                )
+                for app_id, app_keys in by_app.items()
+            )
+        )
+    )
+
+
+def existing_queries(batch: Sequence[ImportRow]) -> dict[str, sa.Select[Any]]:
+    """The lookups of keys already stored, per table that the batch touches."""
+    queries: dict[str, sa.Select[Any]] = {}
+    for name, table in TABLES.items():
+        ids = [row.key for row in batch if row.table == name]
+        if ids:
+            queries[name] = existing_ids_query(table, ids)
+    keys = [row.key for row in batch if row.table == TOOL_EXECUTION]
+    if keys:
+        queries[TOOL_EXECUTION] = existing_keys_query(keys)
+    return queries
+
+
+def existing_from(table: str, rows: Sequence[Any]) -> dict[Any, str]:
+    if table == TOOL_EXECUTION:
+        return {(row[0], row[1]): row[0] for row in rows}
+    return {row[0]: row[1] for row in rows}
+
+
+INSERT_TABLES = {ORIGINAL: original, DISPLAY: display, TOOL_EXECUTION: tool_executions}
+
+
+def import_report(records: int, counts: Mapping[str, AppCounts]) -> ImportReport:
+    apps = {
+        app: ImportCounts(
+            original_inserted=c.original.inserted,
+            original_skipped=c.original.skipped,
+            display_inserted=c.display.inserted,
+            display_skipped=c.display.skipped,
+            tool_executions_inserted=c.tool_executions.inserted,
+            tool_executions_skipped=c.tool_executions.skipped,
+        )
+        for app, c in counts.items()
+    }
+    total = {
+        name: sum(getattr(c, name) for c in apps.values()) for name in ImportCounts.model_fields
+    }
+    return ImportReport(records=records, apps=apps, total=ImportCounts(**total))
+
+
+class SqlExport:
+    """Export pages and import batches on one synchronous engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def app_rows(self, table: sa.Table, app_id: str) -> Iterator[Any]:
+        return self.pages(partial(app_page, table, app_id), -1, "id")
+
+    def user_rows(self, table: sa.Table, user_id: str) -> Iterator[Any]:
+        return self.pages(partial(user_page, table, user_id), -1, "id")
+
+    def app_executions(self, app_id: str) -> Iterator[Any]:
+        return self.pages(partial(executions_page, app_id), None, "idempotency_key")
+
+    def pages(self, make: Callable[[Any], sa.Select[Any]], start: Any, key: str) -> Iterator[Any]:
+        """Rows of ``make(after)`` page by page, a short connection per page."""
+        after = start
+        while True:
+            with translated_errors("exporting history"), self.engine.connect() as conn:
+                page = list(conn.execute(make(after)).mappings())
+            yield from page
+            if len(page) < EXPORT_PAGE:
+                return
+            after = page[-1][key]
+
+    def executions_for_calls(self, app_id: str, call_ids: Sequence[str]) -> Iterator[Any]:
+        for start in range(0, len(call_ids), EXPORT_PAGE):
+            chunk = list(call_ids[start : start + EXPORT_PAGE])
+            with translated_errors("exporting history"), self.engine.connect() as conn:
+                yield from list(conn.execute(executions_by_call(app_id, chunk)).mappings())
+
+    def import_batch(self, batch: Sequence[ImportRow], counts: dict[str, AppCounts]) -> set[str]:
+        """Insert the batch's new rows in one transaction; return the apps whose original
+        history got rows."""
+        with translated_errors("importing records"), self.engine.begin() as conn:
+            inserts = plan_import(batch, self._existing(conn, batch), counts)
+            for app_id in changed_apps(inserts):
+                generation.bump(conn, app_id)  # in-process windows of other processes see it
+            for name, rows in inserts.items():
+                if rows:
+                    conn.execute(INSERT_TABLES[name].insert(), rows)
+        return {row["app_id"] for row in inserts[ORIGINAL]}
+
+    @staticmethod
+    def _existing(conn: Connection, batch: Sequence[ImportRow]) -> dict[str, dict[Any, str]]:
+        return {
+            name: existing_from(name, conn.execute(query).all())
+            for name, query in existing_queries(batch).items()
+        }

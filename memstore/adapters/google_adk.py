@@ -42,7 +42,6 @@ All work runs in a worker thread on a synchronous store (an ``AsyncMemoryStore``
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
 import uuid
@@ -76,6 +75,7 @@ except ImportError as error:
 
 from memstore.adapters._history import Store, StoreAccess, _finish, insert_messages, opaque
 from memstore.core.inputs import normalize_user_id
+from memstore.core.metadata import thaw
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
@@ -201,7 +201,7 @@ def messages_to_events(messages: Sequence[Message]) -> list[Event]:
                 continue
             events.append(_interrupted(item, caller))
             continue
-        body = copy.deepcopy(item.data)
+        body = thaw(item.data)
         if isinstance(body.get("content"), dict):
             body["content"]["parts"] = [item.parts[i] for i in sorted(item.parts)]
         event = Event.model_validate(body)

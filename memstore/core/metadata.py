@@ -87,6 +87,15 @@ class FrozenList(list[Any]):
 EMPTY_METADATA = FrozenDict()
 
 
+def thaw(value: Any) -> Any:
+    """A mutable deep copy of frozen metadata (plain dicts and lists all the way down)."""
+    if isinstance(value, dict):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [thaw(item) for item in value]
+    return value
+
+
 class MetadataError(ValueError):
     """Why metadata was refused. The text gives the position (``metadata[key 0][2]``: the
     first key's value, its third item) and the problem, never a key or a value: keys can be

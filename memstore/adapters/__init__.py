@@ -3,12 +3,16 @@
 >>> from memstore.adapters import MemstoreChatMessageHistory   # doctest: +SKIP
 >>> from memstore.adapters import MemstoreSession              # doctest: +SKIP
 
-* :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory`: langchain-core's
-  ``BaseChatMessageHistory`` (``pip install 'memstore[langchain]'``);
+* :class:`~memstore.adapters.langchain.MemstoreMiddleware`: an ``AgentMiddleware`` for
+  LangChain 1.x ``create_agent`` agents (``pip install 'memstore[langchain]'``);
+* :class:`~memstore.adapters.langgraph.MemstoreMirrorSaver`: a LangGraph checkpointer wrapper
+  that mirrors a graph's ``messages`` into memstore;
+* :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory` (legacy): langchain-core's
+  deprecated ``BaseChatMessageHistory``;
 * :class:`~memstore.adapters.openai_agents.MemstoreSession`: the OpenAI Agents SDK's ``Session``
   (``pip install 'memstore[openai-agents]'``).
 
-Both take a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
+Each takes a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`. The
 names are imported lazily: touching one whose framework is missing raises
 :class:`~memstore.errors.MissingExtraError` with the ``pip install`` line, and importing this
 package alone never imports a framework.
@@ -20,11 +24,14 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memstore.adapters.langchain import MemstoreChatMessageHistory
+    from memstore.adapters.langchain import MemstoreChatMessageHistory, MemstoreMiddleware
+    from memstore.adapters.langgraph import MemstoreMirrorSaver
     from memstore.adapters.openai_agents import MemstoreSession
 
 _EXPORTS = {
     "MemstoreChatMessageHistory": "memstore.adapters.langchain",
+    "MemstoreMiddleware": "memstore.adapters.langchain",
+    "MemstoreMirrorSaver": "memstore.adapters.langgraph",
     "MemstoreSession": "memstore.adapters.openai_agents",
 }
 
@@ -36,4 +43,9 @@ def __getattr__(name: str) -> object:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["MemstoreChatMessageHistory", "MemstoreSession"]
+__all__ = [
+    "MemstoreChatMessageHistory",
+    "MemstoreMiddleware",
+    "MemstoreMirrorSaver",
+    "MemstoreSession",
+]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from memstore.errors import MissingExtraError
 
 EXTRAS: dict[str, str] = {
-    "langchain": "langchain-core",
+    "langchain": "langchain (with langchain-core and langgraph)",
     "openai-agents": "openai-agents",
 }
 """Extra name -> the distribution it installs (see ``[project.optional-dependencies]``)."""

@@ -101,9 +101,12 @@ def thread_keys(config: RunnableConfig, context: Any) -> RunKeys:
 
 
 def _wrong_store(given: str, serves: str, wanted: str, calls: str) -> ConfigurationError:
+    def article(name: str) -> str:
+        return f"an {name}" if name.startswith("A") else f"a {name}"
+
     return ConfigurationError(
-        f"MemstoreMiddleware was given a {given}, which serves {serves}; "
-        f"{calls} needs a {wanted} (pass MemstoreMiddleware({wanted}(...)))"
+        f"MemstoreMiddleware was given {article(given)}, which serves {serves}; "
+        f"{calls} needs {article(wanted)} (pass MemstoreMiddleware({wanted}(...)))"
     )
 
 

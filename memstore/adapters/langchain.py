@@ -116,6 +116,7 @@ def __getattr__(name: str) -> object:
         return getattr(_lc_middleware, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 _USER_ROLES = ("user", "human")
 _AI_ROLES = ("assistant", "ai")
 _SYSTEM_ROLES = ("system", "developer")

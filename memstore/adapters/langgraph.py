@@ -16,9 +16,11 @@ AI message's calls (see :func:`~memstore.adapters._lc_pending.pending`). The thr
 app in memstore (both histories and its cached window).
 
 Which messages are stored is remembered per thread in the saver (only the ids still in the
-state), and after a restart is read back once per thread from the app's rows, so a process
-that restarts mid-thread stores nothing twice. A ``messages`` channel whose checkpoint value
-is not a list of messages (a LangGraph ``DeltaChannel``) is not mirrored.
+state). A process that meets a thread for the first time (after a restart) sees every message
+of the state as pending; :func:`~memstore.adapters._lc_pending.write_pending` then finds them
+among the app's newest rows by their LangChain ids and stores only the new ones. A ``messages``
+channel whose checkpoint value is not a list of messages (a LangGraph ``DeltaChannel``) is not
+mirrored.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ except ImportError as error:
     raise missing_extra("langchain", error) from error
 
 from memstore.adapters._history import Store, StoreAccess
-from memstore.adapters._lc_pending import awrite_pending, pending, stored_message_ids, write_pending
+from memstore.adapters._lc_pending import awrite_pending, pending, write_pending
 from memstore.core.inputs import normalize_app_id, normalize_user_id
 
 MESSAGES_CHANNEL = "messages"
@@ -123,10 +125,10 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         with self._lock:
             self._known[app_id] = ids
 
-    def _pending(self, app_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+    def _pending(self, app_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         with self._lock:
-            known = self._known.get(app_id)
-        return None if known is None else pending(messages, known)
+            known = self._known.get(app_id, set())
+        return pending(messages, known)
 
     def _mirror(
         self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
@@ -135,11 +137,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         if messages is None:
             return
         app_id, user_id = self._app(config)
-        batch = self._pending(app_id, messages)
-        if batch is None:  # first sight of the thread in this process: ask memstore
-            stored = stored_message_ids(self._access.all_rows(app_id))
-            batch = pending(messages, stored)
-        write_pending(self._access, app_id, user_id, batch)
+        write_pending(self._access, app_id, user_id, self._pending(app_id, messages))
         self._remember(app_id, messages)
 
     async def _amirror(
@@ -149,11 +147,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         if messages is None:
             return
         app_id, user_id = self._app(config)
-        batch = self._pending(app_id, messages)
-        if batch is None:
-            stored = stored_message_ids(await self._access.aall_rows(app_id))
-            batch = pending(messages, stored)
-        await awrite_pending(self._access, app_id, user_id, batch)
+        await awrite_pending(self._access, app_id, user_id, self._pending(app_id, messages))
         self._remember(app_id, messages)
 
     def _forget(self, thread_id: str) -> str:

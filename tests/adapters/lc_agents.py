@@ -9,13 +9,14 @@ call id used twice.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.outputs import ChatGeneration, ChatResult
 
 from memstore import MemoryStore
 from memstore.adapters.langchain import LANGCHAIN_KEY
@@ -68,21 +69,35 @@ def reply(step: Step) -> AIMessage:
 
 
 class ProviderLikeModel(GenericFakeChatModel):
-    """Replies from a script; records requests; rejects what a provider would reject."""
+    """Replies from a script (or ``respond(request)``); records requests; rejects what a
+    provider would reject. Thread-safe, so concurrent runs may share it."""
 
     requests: list[list[BaseMessage]]
+    respond: Callable[[list[BaseMessage]], Step] | None = None
 
-    def __init__(self, script: Sequence[Step]) -> None:
+    def __init__(
+        self,
+        script: Sequence[Step] = (),
+        respond: Callable[[list[BaseMessage]], Step] | None = None,
+    ) -> None:
         replies: Iterator[AIMessage | str] = (reply(step) for step in script)
-        super().__init__(messages=replies, requests=[], disable_streaming=True)
+        super().__init__(messages=replies, requests=[], respond=respond, disable_streaming=True)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return self
 
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
-        self.requests.append(list(messages))
-        check_like_provider(messages)
-        return super()._generate(messages, *args, **kwargs)
+        with _LOCK:
+            self.requests.append(list(messages))
+            check_like_provider(messages)
+            if self.respond is not None:
+                return ChatResult(
+                    generations=[ChatGeneration(message=reply(self.respond(messages)))]
+                )
+            return super()._generate(messages, *args, **kwargs)
+
+
+_LOCK = threading.Lock()
 
 
 def rows(store: MemoryStore, app_id: str) -> list[StoredMessage]:

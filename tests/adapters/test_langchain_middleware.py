@@ -14,9 +14,11 @@ import json
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 pytest.importorskip("langchain.agents")
 
@@ -34,6 +36,7 @@ from memstore.adapters.langchain import MemstoreMiddleware, RunKeys
 from memstore.cli import cli
 from memstore.core.window import INTERRUPTED_TEXT
 from memstore.errors import ConfigurationError, InvalidAppIdError
+from memstore.sql.schema import original
 from tests.adapters.conftest import AdapterEnv
 from tests.adapters.lc_agents import (
     ProviderLikeModel,
@@ -449,3 +452,59 @@ def test_a_write_whose_step_died_before_the_graph_recorded_it_is_not_repeated(
     call(env, agent, user("again"), config(app_id))
     assert row_types(env, app_id) == ["UserMessage", "AiMessage", "UserMessage", "AiMessage"]
     assert kinds(model.requests[-1]) == ["human", "ai", "tool", "tool", "human"]
+
+
+@dataclass
+class Context:
+    user_id: str
+
+
+def user_ids(env: AdapterEnv, app_id: str) -> set[str | None]:
+    with env.sync_store().engine.connect() as conn:
+        found = conn.execute(sa.select(original.c.user_id).where(original.c.app_id == app_id))
+        return {row.user_id for row in found}
+
+
+def test_one_middleware_serves_concurrent_runs_with_users_from_the_context(
+    env: AdapterEnv, app_id: str
+) -> None:
+    model = ProviderLikeModel(
+        respond=lambda request: PARALLEL if isinstance(request[-1], HumanMessage) else "done"
+    )
+    agent = create_agent(
+        model, TOOLS, middleware=[MemstoreMiddleware(env.store())], context_schema=Context
+    )
+    apps = [f"{app_id}-a", f"{app_id}-b"]
+    if env.is_async:
+
+        async def both() -> None:
+            await asyncio.gather(
+                *(
+                    agent.ainvoke(user("go"), config(app), context=Context(f"user-{app}"))
+                    for app in apps
+                )
+            )
+
+        env.run(both())
+    else:
+        workers = [
+            threading.Thread(
+                target=agent.invoke,
+                args=(user("go"), config(app)),
+                kwargs={"context": Context(f"user-{app}")},
+            )
+            for app in apps
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    for app in apps:
+        assert row_types(env, app) == [
+            "UserMessage",
+            "AiMessage",
+            "ToolResult",
+            "ToolResult",
+            "AiMessage",
+        ]
+        assert user_ids(env, app) == {f"user-{app}"}

@@ -21,7 +21,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from memstore.adapters._history import StoreAccess
+from memstore.adapters._history import OPAQUE_MARK, StoreAccess
 from memstore.adapters.langchain import FOREIGN_KEY, LANGCHAIN_KEY, from_canonical, to_canonical
 from memstore.core.window import SYNTHETIC_MARK, StoredMessage
 from memstore.messages import Message
@@ -127,14 +127,19 @@ async def awrite_pending(
 def window_messages(window: Iterable[Message]) -> list[BaseMessage]:
     """The LangChain messages of a window, each with an id (the graph state needs them).
 
-    Rows stored through LangChain keep their own id. Rows written another way and the
+    Opaque tool results (answering a call that was never stored) are left out. Rows stored
+    through LangChain keep their own id. Rows written another way and the
     synthetic interrupted results get a fresh random one: the middleware records it as stored
     at once, so it only has to be unique within the state.
     """
     out: list[BaseMessage] = []
     for message in window:
         converted: Any = from_canonical(message)
-        if converted is None:
+        if converted is None or (
+            # a result stored opaquely (its call was never stored) would reach the model as
+            # a tool result without its call
+            isinstance(converted, ToolMessage) and message.metadata.get(OPAQUE_MARK)
+        ):
             continue
         if converted.id is None:
             converted.id = f"memstore-{uuid.uuid4()}"

@@ -41,3 +41,13 @@ def test_synthetic_interrupted_results_are_never_pending() -> None:
     window = window_messages([interrupted_result("c9", "a")])
     assert window[0].id is not None
     assert pending(window, set()) == []
+
+
+def test_an_opaque_tool_result_never_reaches_the_window() -> None:
+    from memstore.adapters._history import resolve_results
+    from memstore.adapters.langchain import to_canonical
+
+    orphan = resolve_results([to_canonical(result("never-called"))], {})
+    assert window_messages([*orphan, to_canonical(HumanMessage("hi", id="h"))]) == [
+        HumanMessage("hi", id="h")
+    ]

@@ -110,7 +110,7 @@ def _wrong_store(given: str, serves: str, wanted: str, calls: str) -> Configurat
     )
 
 
-class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any, Any]):
+class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
     """Memstore as the memory of a ``langchain.agents.create_agent`` agent.
 
     Args:

@@ -28,8 +28,12 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.errors import NodeCancelledError
 from langgraph.types import Command
+
+try:  # langgraph >= 1.1 wraps a node's cancellation
+    from langgraph.errors import NodeCancelledError
+except ImportError:  # pragma: no cover - langgraph 1.0
+    NodeCancelledError = asyncio.CancelledError  # type: ignore[misc,assignment]
 
 from memstore import AiMessage, ToolResult, UserMessage
 from memstore.adapters.langchain import MemstoreMiddleware, RunKeys

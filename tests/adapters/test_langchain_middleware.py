@@ -512,3 +512,28 @@ def test_one_middleware_serves_concurrent_runs_with_users_from_the_context(
             "AiMessage",
         ]
         assert user_ids(env, app) == {f"user-{app}"}
+
+
+def test_without_langchain_the_legacy_history_still_imports_and_the_middleware_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+    import sys
+
+    from memstore import MissingExtraError
+
+    for name in [n for n in sys.modules if n == "langchain" or n.startswith("langchain.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "langchain", None)  # `import langchain...` fails
+    import memstore.adapters
+
+    for module in ("memstore.adapters._lc_middleware", "memstore.adapters.langchain"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        monkeypatch.delattr(memstore.adapters, module.rsplit(".", 1)[1], raising=False)
+    legacy = importlib.import_module("memstore.adapters.langchain")
+    assert legacy.MemstoreChatMessageHistory.__name__ == "MemstoreChatMessageHistory"
+    with pytest.raises(MissingExtraError, match=r"pip install 'memstore\[langchain\]'"):
+        legacy.MemstoreMiddleware  # noqa: B018
+    for module in ("memstore.adapters._lc_middleware", "memstore.adapters.langchain"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        monkeypatch.delattr(memstore.adapters, module.rsplit(".", 1)[1], raising=False)

@@ -3,8 +3,12 @@
 >>> from memstore.adapters import MemstoreChatMessageHistory   # doctest: +SKIP
 >>> from memstore.adapters import MemstoreSession              # doctest: +SKIP
 
-* :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory`: langchain-core's
-  ``BaseChatMessageHistory`` (``pip install 'memstore[langchain]'``);
+* :class:`~memstore.adapters.langchain.MemstoreMiddleware`: an ``AgentMiddleware`` for
+  LangChain 1.x ``create_agent`` agents (``pip install 'memstore[langchain]'``);
+* :class:`~memstore.adapters.langgraph.MemstoreMirrorSaver`: a LangGraph checkpointer wrapper
+  that mirrors a graph's ``messages`` into memstore;
+* :class:`~memstore.adapters.langchain.MemstoreChatMessageHistory` (legacy): langchain-core's
+  deprecated ``BaseChatMessageHistory``;
 * :class:`~memstore.adapters.openai_agents.MemstoreSession`: the OpenAI Agents SDK's ``Session``
   (``pip install 'memstore[openai-agents]'``);
 * :class:`~memstore.adapters.pydantic_ai.MemstoreConversationStore`: pydantic-ai's
@@ -25,12 +29,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from memstore.adapters.google_adk import MemstoreSessionService
-    from memstore.adapters.langchain import MemstoreChatMessageHistory
+    from memstore.adapters.langchain import MemstoreChatMessageHistory, MemstoreMiddleware
+    from memstore.adapters.langgraph import MemstoreMirrorSaver
     from memstore.adapters.openai_agents import MemstoreSession
     from memstore.adapters.pydantic_ai import MemstoreConversationStore
 
 _EXPORTS = {
     "MemstoreChatMessageHistory": "memstore.adapters.langchain",
+    "MemstoreMiddleware": "memstore.adapters.langchain",
+    "MemstoreMirrorSaver": "memstore.adapters.langgraph",
     "MemstoreSession": "memstore.adapters.openai_agents",
     "MemstoreConversationStore": "memstore.adapters.pydantic_ai",
     "MemstoreSessionService": "memstore.adapters.google_adk",
@@ -47,6 +54,8 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "MemstoreChatMessageHistory",
     "MemstoreConversationStore",
+    "MemstoreMiddleware",
+    "MemstoreMirrorSaver",
     "MemstoreSession",
     "MemstoreSessionService",
 ]

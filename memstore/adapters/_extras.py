@@ -15,7 +15,7 @@ from __future__ import annotations
 from memstore.errors import MissingExtraError
 
 EXTRAS: dict[str, str] = {
-    "langchain": "langchain-core",
+    "langchain": "langchain (with langchain-core and langgraph)",
     "openai-agents": "openai-agents",
     "pydantic-ai": "pydantic-ai-slim",
     "google-adk": "google-adk",

@@ -1,4 +1,15 @@
-"""LangChain chat message history on memstore: ``pip install 'memstore[langchain]'``.
+"""LangChain on memstore: ``pip install 'memstore[langchain]'``.
+
+For LangChain 1.x agents use :class:`MemstoreMiddleware` (``langchain.agents.create_agent``;
+needs ``langchain >= 1.0``, imported lazily from :mod:`memstore.adapters._lc_middleware`)::
+
+    agent = create_agent(model, tools, middleware=[MemstoreMiddleware(store, max_messages=50)])
+    agent.invoke({"messages": [{"role": "user", "content": "hi"}]},
+                 {"configurable": {"thread_id": "app-42"}})
+
+**Legacy:** :class:`MemstoreChatMessageHistory` implements langchain-core's
+``BaseChatMessageHistory``, deprecated since langchain-core 1.6.4 (removal in 2.0). It stays
+for ``RunnableWithMessageHistory`` users on langchain-core 1.x:
 
 ```pycon
 >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -44,7 +55,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memstore.adapters._extras import missing_extra
 
@@ -86,9 +97,28 @@ __all__ = [
     "FOREIGN_KEY",
     "LANGCHAIN_KEY",
     "MemstoreChatMessageHistory",
+    "MemstoreMiddleware",
+    "RunKeys",
     "from_canonical",
+    "thread_keys",
     "to_canonical",
 ]
+
+if TYPE_CHECKING:
+    from memstore.adapters._lc_middleware import MemstoreMiddleware, RunKeys, thread_keys
+
+_AGENT_EXPORTS = ("MemstoreMiddleware", "RunKeys", "thread_keys")
+
+
+def __getattr__(name: str) -> object:
+    # The middleware needs langchain >= 1.0 and langgraph; the legacy history only
+    # langchain-core, so it stays importable without them.
+    if name in _AGENT_EXPORTS:
+        from memstore.adapters import _lc_middleware
+
+        return getattr(_lc_middleware, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _USER_ROLES = ("user", "human")
 _AI_ROLES = ("assistant", "ai")
@@ -96,7 +126,10 @@ _SYSTEM_ROLES = ("system", "developer")
 
 
 class MemstoreChatMessageHistory(BaseChatMessageHistory):
-    """langchain-core's ``BaseChatMessageHistory`` on a memstore store.
+    """langchain-core's ``BaseChatMessageHistory`` on a memstore store (legacy).
+
+    Legacy: the base class is deprecated in langchain-core 1.6.4 and goes in 2.0; new agents
+    use :class:`MemstoreMiddleware`.
 
     Args:
         store: a :class:`~memstore.MemoryStore` or an :class:`~memstore.aio.AsyncMemoryStore`.

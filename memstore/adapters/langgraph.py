@@ -1,0 +1,279 @@
+"""A LangGraph checkpointer that mirrors a graph's ``messages`` into memstore.
+
+``pip install 'memstore[langchain]'``. For custom ``StateGraph`` apps that keep their own
+checkpointer::
+
+    saver = MemstoreMirrorSaver(InMemorySaver(), store)        # or PostgresSaver(...)
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke({"messages": [...]}, {"configurable": {"thread_id": "app-42"}})
+
+Every method (sync and async) is the inner saver's; checkpoints are never served from
+memstore. After the inner saver stored a root checkpoint (``checkpoint_ns == ""``) whose
+``messages`` channel changed, the messages memstore has not seen are stored under the
+thread id (the app id), in state order, with each step's tool results in the order of their
+AI message's calls (see :func:`~memstore.adapters._lc_pending.pending`). The thread's
+``configurable.user_id``, when set, is stored on the rows. ``delete_thread`` also purges the
+app in memstore (both histories and its cached window).
+
+Which messages are stored is remembered per thread in the saver (only the ids still in the
+state). A process that meets a thread for the first time (after a restart) sees every message
+of the state as pending; :func:`~memstore.adapters._lc_pending.write_pending` then finds them
+among the app's newest rows by their LangChain ids and stores only the new ones. A ``messages``
+channel whose checkpoint value is not a list of messages (a LangGraph ``DeltaChannel``) is not
+mirrored.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from memstore.adapters._extras import missing_extra
+
+try:
+    from langchain_core.messages import BaseMessage
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+    )
+except ImportError as error:
+    raise missing_extra("langchain", error) from error
+
+from memstore.adapters._history import Store, StoreAccess
+from memstore.adapters._lc_pending import awrite_pending, pending, write_pending
+from memstore.core.inputs import normalize_app_id, normalize_user_id
+
+MESSAGES_CHANNEL = "messages"
+
+__all__ = ["MemstoreMirrorSaver"]
+
+ThreadKeys = Callable[[RunnableConfig], tuple[str | int, str | None]]
+"""``config -> (app id, user id)`` for a checkpoint's config."""
+
+
+def config_keys(config: RunnableConfig) -> tuple[str | int, str | None]:
+    """The default keys: ``configurable.thread_id`` and ``configurable.user_id``."""
+    configurable = config.get("configurable", {})
+    user_id = configurable.get("user_id")
+    return configurable["thread_id"], None if user_id is None else str(user_id)
+
+
+class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
+    """Any LangGraph checkpointer, with the ``messages`` channel mirrored into memstore.
+
+    Args:
+        inner: the saver that keeps and serves the checkpoints (``InMemorySaver``,
+            ``PostgresSaver``, ``SqliteSaver``...).
+        store: a :class:`~memstore.MemoryStore` or :class:`~memstore.aio.AsyncMemoryStore`;
+            sync methods write through the sync path, ``a*`` methods through the async one
+            (see :class:`~memstore.adapters._history.StoreAccess`).
+        keys: ``config -> (app id, user id)``; default: the thread id and
+            ``configurable.user_id``.
+        channel: the state key holding the messages (default ``"messages"``).
+    """
+
+    def __init__(
+        self,
+        inner: BaseCheckpointSaver[Any],
+        store: Store,
+        *,
+        keys: ThreadKeys | None = None,
+        channel: str = MESSAGES_CHANNEL,
+    ) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.keys = keys or config_keys
+        self.channel = channel
+        self._access = StoreAccess(store)
+        self._known: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> Store:
+        return self._access.store
+
+    @property
+    def config_specs(self) -> list[Any]:
+        return list(self.inner.config_specs)
+
+    # -- mirroring -------------------------------------------------------------------------------
+
+    def _messages(
+        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> list[BaseMessage] | None:
+        if config.get("configurable", {}).get("checkpoint_ns", ""):
+            return None  # a subgraph's checkpoint: its messages are not the thread's
+        if self.channel not in new_versions:
+            return None
+        value = checkpoint["channel_values"].get(self.channel)
+        if not isinstance(value, list) or not all(isinstance(m, BaseMessage) for m in value):
+            return None
+        return value
+
+    def _app(self, config: RunnableConfig) -> tuple[str, str | None]:
+        app_id, user_id = self.keys(config)
+        return normalize_app_id(app_id, what="thread_id"), normalize_user_id(user_id)
+
+    def _remember(self, app_id: str, messages: Sequence[BaseMessage]) -> None:
+        """After a mirror every message of the state is stored: keep their ids (only those)."""
+        ids = {m.id for m in messages if m.id is not None}
+        with self._lock:
+            self._known[app_id] = ids
+
+    def _pending(self, app_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        with self._lock:
+            known = self._known.get(app_id, set())
+        return pending(messages, known)
+
+    def _mirror(
+        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> None:
+        messages = self._messages(config, checkpoint, new_versions)
+        if messages is None:
+            return
+        app_id, user_id = self._app(config)
+        write_pending(self._access, app_id, user_id, self._pending(app_id, messages))
+        self._remember(app_id, messages)
+
+    async def _amirror(
+        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> None:
+        messages = self._messages(config, checkpoint, new_versions)
+        if messages is None:
+            return
+        app_id, user_id = self._app(config)
+        await awrite_pending(self._access, app_id, user_id, self._pending(app_id, messages))
+        self._remember(app_id, messages)
+
+    def _forget(self, thread_id: str) -> str:
+        app_id = normalize_app_id(thread_id, what="thread_id")
+        with self._lock:
+            self._known.pop(app_id, None)
+        return app_id
+
+    # -- sync ------------------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.inner.get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self.inner.list(config, filter=filter, before=before, limit=limit)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """The inner saver's ``put``, then the new messages into memstore."""
+        saved = self.inner.put(config, checkpoint, metadata, new_versions)
+        self._mirror(config, checkpoint, new_versions)
+        return saved
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.inner.put_writes(config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread's checkpoints (inner saver) and purge its app in memstore."""
+        self.inner.delete_thread(thread_id)
+        self._access.purge(self._forget(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.inner.delete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.inner.copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.inner.prune(thread_ids, strategy=strategy)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, Any]:
+        return self.inner.get_delta_channel_history(config=config, channels=channels)
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> MemstoreMirrorSaver:
+        inner = self.inner.with_allowlist(extra_allowlist)
+        if inner is self.inner:
+            return self
+        clone = MemstoreMirrorSaver(inner, self.store, keys=self.keys, channel=self.channel)
+        clone._known, clone._lock = self._known, self._lock  # one memory of what is stored
+        return clone
+
+    # -- async -----------------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.inner.aget_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """The inner saver's ``aput``, then the new messages into memstore."""
+        saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        await self._amirror(config, checkpoint, new_versions)
+        return saved
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread` as a coroutine."""
+        await self.inner.adelete_thread(thread_id)
+        await self._access.apurge(self._forget(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.inner.adelete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.inner.acopy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.inner.aprune(thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, Any]:
+        return await self.inner.aget_delta_channel_history(config=config, channels=channels)

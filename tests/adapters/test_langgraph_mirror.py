@@ -1,0 +1,130 @@
+"""``MemstoreMirrorSaver`` around ``InMemorySaver`` in a custom ``StateGraph``.
+
+The graph is the classic tool loop (model node, tool node), with a tool node that returns the
+results of parallel calls in reverse order, as they would arrive when the first call is the
+slowest. Every case runs on SQLite, PostgreSQL and MariaDB, sync (``invoke``, ``put``) and
+async (``ainvoke``, ``aput``), with and without Redis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.memory")
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from memstore.adapters.langgraph import MemstoreMirrorSaver
+from memstore.messages import AiMessage, ToolResult
+from tests.adapters.conftest import AdapterEnv
+from tests.adapters.lc_agents import ProviderLikeModel, kinds, lc_ids, rows
+
+PARALLEL = [("add", {"a": 1, "b": 2}), ("mul", {"a": 3, "b": 4})]
+RESULTS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b}
+
+
+def build(model: ProviderLikeModel, saver: MemstoreMirrorSaver) -> Any:
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def tools(state: MessagesState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        assert isinstance(last, AIMessage)
+        results = [
+            ToolMessage(str(RESULTS[c["name"]](**c["args"])), tool_call_id=c["id"], name=c["name"])
+            for c in last.tool_calls
+        ]
+        return {"messages": results[::-1]}  # arrival order: the first call finished last
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", route, ["tools", END])
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+def config(app_id: str) -> Any:
+    return {"configurable": {"thread_id": app_id}}
+
+
+def call(env: AdapterEnv, graph: Any, text: str, app_id: str) -> Any:
+    payload = {"messages": [{"role": "user", "content": text}]}
+    if env.is_async:
+        return env.run(graph.ainvoke(payload, config(app_id)))
+    return graph.invoke(payload, config(app_id))
+
+
+def types(env: AdapterEnv, app_id: str) -> list[str]:
+    return [type(r.message).__name__ for r in rows(env.sync_store(), app_id)]
+
+
+def test_parallel_results_are_mirrored_in_call_order(env: AdapterEnv, app_id: str) -> None:
+    saver = MemstoreMirrorSaver(InMemorySaver(), env.store())
+    out = call(env, build(ProviderLikeModel([PARALLEL, "3 and 12"]), saver), "go", app_id)
+    calls = out["messages"][1]
+    assert [m.tool_call_id for m in out["messages"][2:4]] == [  # the state: arrival order
+        c["id"] for c in reversed(calls.tool_calls)
+    ]
+    stored = rows(env.sync_store(), app_id)
+    assert [type(r.message).__name__ for r in stored] == [
+        "UserMessage",
+        "AiMessage",
+        "ToolResult",
+        "ToolResult",
+        "AiMessage",
+    ]
+    request = stored[1].message
+    assert isinstance(request, AiMessage)
+    assert [r.message.id for r in stored[2:4] if isinstance(r.message, ToolResult)] == [
+        c.id for c in request.tool_requests
+    ]
+    assert env.sync_store().history(app_id)  # the display history is written too
+
+
+def test_restart_continues_the_thread_and_stores_nothing_twice(
+    env: AdapterEnv, app_id: str
+) -> None:
+    inner = InMemorySaver()  # outlives the "process", like a PostgresSaver would
+    first = ProviderLikeModel([PARALLEL, "3 and 12"])
+    call(env, build(first, MemstoreMirrorSaver(inner, env.store())), "compute", app_id)
+    calls = first.requests[1][1]
+
+    second = ProviderLikeModel(["still here", "yes"])
+    saver = MemstoreMirrorSaver(inner, env.store())  # new store object, new saver
+    graph = build(second, saver)
+    call(env, graph, "and now?", app_id)
+    seen = second.requests[0]
+    assert kinds(seen) == ["human", "ai", "tool", "tool", "ai", "human"]
+    assert seen[1] == calls
+    call(env, graph, "sure?", app_id)
+    stored = rows(env.sync_store(), app_id)
+    assert len(stored) == 9
+    assert len(set(lc_ids(stored))) == 9
+
+
+def test_delete_thread_purges_the_checkpoints_and_the_app(env: AdapterEnv, app_id: str) -> None:
+    inner = InMemorySaver()
+    saver = MemstoreMirrorSaver(inner, env.store())
+    call(env, build(ProviderLikeModel([PARALLEL, "done"]), saver), "go", app_id)
+    assert inner.get_tuple(config(app_id)) is not None
+    assert len(types(env, app_id)) == 5
+    if env.is_async:
+        env.run(saver.adelete_thread(app_id))
+    else:
+        saver.delete_thread(app_id)
+    assert inner.get_tuple(config(app_id)) is None
+    assert types(env, app_id) == []
+    assert env.sync_store().history(app_id) == []
+
+    call(env, build(ProviderLikeModel(["fresh"]), saver), "hello", app_id)
+    assert types(env, app_id) == ["UserMessage", "AiMessage"]  # mirrored again from scratch

@@ -41,7 +41,8 @@ class InvalidMessageError(InvalidInputError):
 
 
 class MessageTooLargeError(InvalidMessageError):
-    """A text or arguments field exceeds ``Settings.max_text_bytes`` (UTF-8 bytes).
+    """A text or arguments field exceeds ``Settings.max_text_bytes``, or a message's metadata
+    ``Settings.max_metadata_bytes`` (UTF-8 bytes).
 
     ``size`` is the field's size in UTF-8 bytes and ``limit`` the limit it broke (``None``
     when not known).

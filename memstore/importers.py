@@ -202,7 +202,7 @@ def import_agents_session(
         ids = store._issue_ids(len(messages) + len(drafts), newest)
         rows = [
             original_row(row_id, app, None, message, source.created_at)
-            for row_id, message, source in zip(ids, messages, items, strict=True)
+            for row_id, message, source in zip(ids[: len(messages)], messages, items, strict=True)
         ]
         last = items[-1].created_at if items else datetime.now(timezone.utc)
         shown = [

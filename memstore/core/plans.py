@@ -109,7 +109,9 @@ def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None
         if size > max_metadata_bytes:
             raise MessageTooLargeError(
                 f"message {position} ({message.type}) metadata is {size} bytes; "
-                f"the limit is {max_metadata_bytes} bytes"
+                f"the limit is {max_metadata_bytes} bytes",
+                size=size,
+                limit=max_metadata_bytes,
             )
 
 

@@ -27,6 +27,7 @@ from memstore.sql.engine import (
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
+    adapter_record_deletes,
     display_entry,
     history_query,
     newest_id_query,
@@ -160,4 +161,6 @@ class AsyncSqlHistory:
                     (await conn.execute(statement)).rowcount
                     for statement in purge_statements(app_id)
                 ]
+                for statement in adapter_record_deletes(app_id):
+                    await conn.execute(statement)
                 return counts[0], counts[1], counts[2]

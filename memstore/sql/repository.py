@@ -18,7 +18,14 @@ from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.generation import GenerationStep
-from memstore.sql.schema import display, original, tool_executions
+from memstore.sql.schema import (
+    adk_state,
+    conversation_entries,
+    conversations,
+    display,
+    original,
+    tool_executions,
+)
 
 REQUEST_SCAN_PAGE = 200
 
@@ -147,6 +154,18 @@ def purge_statements(app_id: str) -> tuple[sa.Delete, sa.Delete, sa.Delete]:
     )
 
 
+def adapter_record_deletes(app_id: str) -> tuple[sa.Delete, ...]:
+    """Exact-match deletes of the framework adapters' bookkeeping for one app: pydantic-ai's
+    entry locations in the app and the conversation record named after it, and the ADK
+    session row whose events the app holds. A purged app leaves no record pointing at rows
+    that are gone."""
+    return (
+        conversation_entries.delete().where(conversation_entries.c.app_id == app_id),
+        conversations.delete().where(conversations.c.conversation_id == app_id),
+        adk_state.delete().where(adk_state.c.history_app_id == app_id),
+    )
+
+
 def insert_plan(
     conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer
 ) -> tuple[list[int], GenerationStep]:
@@ -226,4 +245,6 @@ class SqlHistory:
         with translated_errors("purging history"), self.engine.begin() as conn:
             generation.bump(conn, app_id)  # first: waits for the app's writers
             a, b, c = (conn.execute(statement).rowcount for statement in purge_statements(app_id))
+            for statement in adapter_record_deletes(app_id):
+                conn.execute(statement)
             return a, b, c

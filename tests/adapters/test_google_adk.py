@@ -331,3 +331,19 @@ def test_concurrent_appends_to_one_loaded_session_let_one_win(env: AdapterEnv) -
         assert stored is not None and len(stored.events) == 1
 
     env.run(scenario())
+
+
+def test_an_operator_purge_removes_the_session(env: AdapterEnv) -> None:
+    """``memstore purge APP`` on a session's history app removes the session row too, so
+    ADK never gets a session whose events are gone."""
+
+    async def scenario() -> None:
+        service = MemstoreSessionService(env.store())
+        session = await service.create_session(app_name=APP, user_id=USER)
+        await turn(runner_of(service), session.id, "one")
+        env.sync_store().purge(history_app_id(APP, USER, session.id))
+        fresh = MemstoreSessionService(env.store())
+        assert await fresh.get_session(app_name=APP, user_id=USER, session_id=session.id) is None
+        assert count(env, adk_state, adk_state.c.session_id, session.id) == 0
+
+    env.run(scenario())

@@ -557,3 +557,23 @@ def test_concurrent_saves_of_one_revision_let_exactly_one_win(env: AdapterEnv, a
         assert entries == len(stored.messages)  # the losers left no entry behind
 
     env.run(scenario())
+
+
+def test_an_operator_purge_removes_the_conversation_record(env: AdapterEnv, app_id: str) -> None:
+    """``memstore purge APP`` (store.purge) leaves no conversation record or entry location
+    pointing at rows that are gone: the conversation is simply not there any more."""
+    agent = make_agent(Script())
+
+    async def scenario() -> None:
+        store = store_of(env)
+        await run_turns(agent, store, app_id, ["one"])
+        env.sync_store().purge(app_id)
+        assert count_rows(env, conversations, conversations.c.conversation_id, app_id) == 0
+        assert count_rows(env, conversation_entries, conversation_entries.c.app_id, app_id) == 0
+        assert await store_of(env).load(app_id) is None
+        await run_turns(agent, store_of(env), app_id, ["again"])  # starts afresh, no conflict
+        again = await store_of(env).load(app_id)
+        assert again is not None
+        assert_paired(again.messages)
+
+    env.run(scenario())

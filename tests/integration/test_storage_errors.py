@@ -17,7 +17,7 @@ import subprocess
 import sys
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine, make_url
 from memstore import MemoryStore, Settings, UserMessage
 from memstore.aio import AsyncMemoryStore
 from memstore.core.db_errors import DriverFailure, FailureKind, classify
+from memstore.core.plans import WritePlan
 from memstore.core.rows import original_row
 from memstore.errors import IdCollisionError, SchemaError, StorageError
 from memstore.sql.aio import AsyncSqlHistory
@@ -95,6 +96,18 @@ def secret_row(row_id: int, app_id: str) -> dict[str, Any]:
     return original_row(
         row_id, app_id, SECRET_USER, UserMessage(text=SECRET), datetime.now(timezone.utc)
     )
+
+
+def plan_of(rows: list[dict[str, Any]]) -> WritePlan:
+    """A write plan of raw original rows (their ids come from :func:`fixed_ids`)."""
+    return WritePlan(
+        original_rows=rows, display_rows=[], unresolved_call_ids=set(), cache_entries=[]
+    )
+
+
+def fixed_ids(*ids: int) -> Callable[[int, int], list[int]]:
+    """An id issuer that hands out exactly ``ids`` (to provoke a duplicate key)."""
+    return lambda count, above: list(ids)[:count]
 
 
 # -- item 9: classification by code ---------------------------------------------------------
@@ -242,7 +255,7 @@ def test_a_duplicate_id_error_carries_no_data(
     try:
         with pytest.raises(IdCollisionError) as raised:
             SqlHistory(engine).insert(
-                app, [secret_row(row_id, app), secret_row(row_id, app)], [], set()
+                app, plan_of([secret_row(0, app), secret_row(0, app)]), fixed_ids(row_id, row_id)
             )
         assert_no_secret(leaked(raised.value))
         assert_no_secret(all_logs.text)
@@ -259,7 +272,7 @@ def test_a_value_too_long_error_carries_no_data(
     long_app = "app-" + SECRET * 20  # longer than the column (128 characters, 512 bytes)
     try:
         with pytest.raises(StorageError) as raised:
-            SqlHistory(engine).insert(long_app, [secret_row(42, long_app)], [], set())
+            SqlHistory(engine).insert(long_app, plan_of([secret_row(0, long_app)]), fixed_ids(42))
         assert raised.value.kind == "value rejected"
         assert raised.value.code in ("22001", "1406")
         assert_no_secret(leaked(raised.value))
@@ -346,7 +359,9 @@ def test_the_async_store_raises_the_same_data_free_errors(
             row_id = 2_000_000 + uuid.uuid4().int % 10**12
             try:
                 await AsyncSqlHistory(store.engine).insert(
-                    app, [secret_row(row_id, app), secret_row(row_id, app)], [], set()
+                    app,
+                    plan_of([secret_row(0, app), secret_row(0, app)]),
+                    fixed_ids(row_id, row_id),
                 )
             except StorageError as error:
                 return error

@@ -171,4 +171,6 @@ def test_the_metadata_limit_is_a_setting(tmp_path: Any) -> None:
         with pytest.raises(MessageTooLargeError) as caught:
             store.append("a", [UserMessage(text="x", metadata={"k": "é" * limit})])
         assert "é" not in str(caught.value)
+        assert caught.value.limit == limit
+        assert caught.value.size == metadata_size({"k": "é" * limit})
     assert Settings().max_metadata_bytes == 64 * 1024

@@ -46,7 +46,7 @@ except ImportError as error:
 from memstore.adapters._history import Store, StoreAccess
 from memstore.adapters._lc_pending import awrite_pending, pending, window_messages, write_pending
 from memstore.aio import AsyncMemoryStore
-from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.plans import positive
 from memstore.errors import ConfigurationError, InvalidAppIdError
 from memstore.store import MemoryStore
@@ -145,7 +145,7 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
                 f"store must be a MemoryStore or an AsyncMemoryStore, got {type(store).__name__}"
             )
         if max_messages is not None:
-            positive(max_messages, "max_messages")
+            positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
         self.store = store
         self.max_messages = max_messages
         self.rewrite_state = rewrite_state

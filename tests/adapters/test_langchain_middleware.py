@@ -39,7 +39,7 @@ from memstore import AiMessage, ToolResult, UserMessage
 from memstore.adapters.langchain import MemstoreMiddleware, RunKeys
 from memstore.cli import cli
 from memstore.core.window import INTERRUPTED_TEXT
-from memstore.errors import ConfigurationError, InvalidAppIdError
+from memstore.errors import ConfigurationError, InvalidAppIdError, InvalidInputError
 from memstore.sql.schema import original
 from tests.adapters.conftest import AdapterEnv
 from tests.adapters.lc_agents import (
@@ -537,3 +537,11 @@ def test_without_langchain_the_legacy_history_still_imports_and_the_middleware_s
     for module in ("memstore.adapters._lc_middleware", "memstore.adapters.langchain"):
         monkeypatch.delitem(sys.modules, module, raising=False)
         monkeypatch.delattr(memstore.adapters, module.rsplit(".", 1)[1], raising=False)
+
+
+@pytest.mark.parametrize("size", [0, -1, 100_001, 2**63, True])
+def test_a_window_size_out_of_range_is_refused_like_load_window(
+    sqlite_store: Any, size: Any
+) -> None:
+    with pytest.raises(InvalidInputError):
+        MemstoreMiddleware(sqlite_store, max_messages=size)

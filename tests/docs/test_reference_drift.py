@@ -165,7 +165,10 @@ NAMESPACES = (
     "memstore.guard",
     "memstore.formats",
     "memstore.adapters.langchain",
+    "memstore.adapters.langgraph",
     "memstore.adapters.openai_agents",
+    "memstore.adapters.pydantic_ai",
+    "memstore.adapters.google_adk",
 )
 """Where the first part of a documented name is looked up, in order."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -104,22 +104,27 @@ def agents_sqlite_sessions(
                 f"not an Agents SDK session file ({type(error).__name__})"
             ) from None
         for session_id in session_ids:
-            items: list[SourceItem] = []
             query = (
                 f"SELECT id, message_data, created_at FROM {messages_table} "
                 "WHERE session_id = ? ORDER BY id"
             )
-            for row_id, data, created in conn.execute(query, (session_id,)):
-                try:
-                    item = json.loads(data)
-                except ValueError:
-                    raise ImportSourceError(
-                        f"session {session_id!r} row {row_id}: the item is not JSON"
-                    ) from None
-                items.append(SourceItem(row_id, item, _stamp(created)))
-            yield str(session_id), items
+            yield str(session_id), _source_items(session_id, conn.execute(query, (session_id,)))
     finally:
         conn.close()
+
+
+def _source_items(session_id: object, rows: Iterable[Any]) -> list[SourceItem]:
+    """A session's ``(id, message_data, created_at)`` rows as items, oldest first."""
+    items: list[SourceItem] = []
+    for row_id, data, created in rows:
+        try:
+            item = json.loads(data)
+        except ValueError:
+            raise ImportSourceError(
+                f"session {session_id!r} row {row_id}: the item is not JSON"
+            ) from None
+        items.append(SourceItem(row_id, item, _stamp(created)))
+    return items
 
 
 def agents_sql_sessions(
@@ -164,16 +169,7 @@ def agents_sql_sessions(
                     .where(messages.c.session_id == session_id)
                     .order_by(messages.c.id)
                 )
-                items: list[SourceItem] = []
-                for row_id, data, created in conn.execute(query):
-                    try:
-                        item = json.loads(data)
-                    except ValueError:
-                        raise ImportSourceError(
-                            f"session {session_id!r} row {row_id}: the item is not JSON"
-                        ) from None
-                    items.append(SourceItem(row_id, item, _stamp(created)))
-                yield str(session_id), items
+                yield str(session_id), _source_items(session_id, conn.execute(query))
     finally:
         engine.dispose()
 

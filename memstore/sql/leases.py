@@ -76,7 +76,10 @@ def _claim_statement(dialect: Dialect, choice: ClaimChoice, holder: str, ttl_ms:
     now = db_now_ms(dialect)
     if choice.epoch is None:
         return sa.insert(worker_leases).values(
-            worker_id=choice.worker_id, holder=holder, epoch=1, expires_at_ms=now + ttl_ms,
+            worker_id=choice.worker_id,
+            holder=holder,
+            epoch=1,
+            expires_at_ms=now + ttl_ms,
             last_ms=0,
         )
     t = worker_leases.c

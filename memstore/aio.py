@@ -170,7 +170,7 @@ class AsyncMemoryStore(StoreBase):
             generator = self._usable_generator()
             if generator is not None:
                 return generator
-            lease = self._lease
+            lease = self._own_lease()
             ttl = self.settings.worker_lease_seconds
             if lease is not None:
                 sent_at = time.monotonic()
@@ -230,7 +230,8 @@ class AsyncMemoryStore(StoreBase):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, RuntimeError):
                 await task
-        lease, self._lease = self._lease, None
+        lease = self._own_lease()
+        self._lease = None
         if lease is None:
             return
         try:

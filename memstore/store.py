@@ -159,7 +159,7 @@ class MemoryStore(StoreBase):
             generator = self._usable_generator()
             if generator is not None:
                 return generator
-            lease = self._lease
+            lease = self._own_lease()
             ttl = self.settings.worker_lease_seconds
             if lease is not None:
                 sent_at = time.monotonic()
@@ -200,7 +200,7 @@ class MemoryStore(StoreBase):
 
     def _renew_in_background(self) -> None:
         """One heartbeat: renew the held lease; forget it if another process claimed it."""
-        lease = self._lease
+        lease = self._own_lease()
         if lease is None:
             return
         sent_at = time.monotonic()
@@ -228,7 +228,8 @@ class MemoryStore(StoreBase):
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
         with self._lease_lock:
-            lease, self._lease = self._lease, None
+            lease = self._own_lease()
+            self._lease = None
         if lease is None:
             return
         try:

@@ -5,6 +5,7 @@ policy for snowflake id collisions."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +48,8 @@ class StoreBase:
             self._ids = shared_generator(fixed, self.settings.clock_backwards_max_wait_ms)
         self._fixed_worker_id = None if self._ids is None else self._ids.worker_id
         self._lease: HeldLease | None = None
+        self._lease_pid = 0
+        """The process that claimed ``_lease``: a forked child must not use its parent's."""
         self._lease_lock = threading.Lock()
         self._formatters: dict[str, ToolFormatter] = {}
         self._closed = False
@@ -70,12 +73,21 @@ class StoreBase:
             start_after=id_floor(worker_id, last_ms),
         )
         self._lease = HeldLease(worker_id, epoch, sent_at, self.settings.worker_lease_seconds)
+        self._lease_pid = os.getpid()
+
+    def _own_lease(self) -> HeldLease | None:
+        """The lease this process claimed; a lease inherited across ``fork`` is forgotten (the
+        parent still holds it and renews it)."""
+        lease = self._lease
+        if lease is not None and self._lease_pid != os.getpid():
+            self._lease = lease = None
+        return lease
 
     def _usable_generator(self) -> SnowflakeGenerator | None:
         """The generator when ids may be issued right now without touching the database."""
         if not self._leasing:
             return self._ids
-        lease = self._lease
+        lease = self._own_lease()
         if lease is not None and lease.usable(time.monotonic()):
             return self._ids
         return None

@@ -10,6 +10,8 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -213,3 +215,29 @@ def test_a_fixed_worker_id_never_touches_the_lease_table(tmp_path: object) -> No
         ids = store.append("app", [UserMessage(text="x")])
         assert store.worker_id == 17 and id_worker(ids[0]) == 17
         assert sql_leases.read_leases(store.engine) == []
+
+
+def _append_in_fork(store: MemoryStore, out: Any) -> None:
+    ids = store.append("app-fork", [UserMessage(text="child")])
+    out.put((store.worker_id, ids))
+    store.close()  # releases the child's own lease, never the parent's
+
+
+def test_a_forked_child_leases_its_own_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fork.db'}"
+    with leasing_store(url) as store:
+        store.migrate()
+        store.append("app-fork", [UserMessage(text="parent")])
+        parent_id = store.worker_id
+        fork = multiprocessing.get_context("fork")
+        out = fork.Queue()
+        child = fork.Process(target=_append_in_fork, args=(store, out))
+        child.start()
+        child_id, ids = out.get(timeout=60)
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        assert child_id != parent_id and [id_worker(i) for i in ids] == [child_id]
+        rows = {r.worker_id: r for r in sql_leases.read_leases(store.engine)}
+        assert not rows[parent_id].expired and rows[child_id].expired
+        assert store.append("app-fork", [UserMessage(text="parent again")])
+        assert store.worker_id == parent_id

@@ -24,6 +24,9 @@ from memstore.errors import (
     StorageError,
     StreamProtocolError,
     UnknownToolCallError,
+    WorkerIdsExhaustedError,
+    WorkerLeaseError,
+    WorkerLeaseLostError,
 )
 from memstore.messages import (
     AiMessage,
@@ -89,5 +92,8 @@ __all__ = [
     "TurnCollector",
     "UnknownToolCallError",
     "UserMessage",
+    "WorkerIdsExhaustedError",
+    "WorkerLeaseError",
+    "WorkerLeaseLostError",
     "__version__",
 ]

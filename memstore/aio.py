@@ -19,8 +19,11 @@ Needs the ``async`` extra (``pip install 'memstore[async]'``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any
@@ -61,10 +64,11 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
 from memstore.core.window import Window, answer_open_group, entry_for
-from memstore.errors import IdCollisionError
+from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
+from memstore.sql import leases as sql_leases
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
 from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
 from memstore.sql.engine import translated_errors
@@ -104,6 +108,10 @@ class AsyncMemoryStore(StoreBase):
             (the sync URL is mapped to an asyncio driver; see :mod:`memstore.sql.aio`).
         cache: an :class:`~memstore.cache.aio.AsyncWindowCache` instead of the default one.
         id_generator: see :class:`memstore.MemoryStore`.
+        id_clock: see :class:`memstore.MemoryStore`.
+
+    With ``worker_id="auto"`` (the default) the store leases a free worker id on its first
+    write and renews it from an asyncio task; :meth:`close` releases it.
     """
 
     def __init__(
@@ -113,8 +121,11 @@ class AsyncMemoryStore(StoreBase):
         engine: AsyncEngine | None = None,
         cache: AsyncWindowCache | None = None,
         id_generator: SnowflakeGenerator | None = None,
+        id_clock: Callable[[], int] | None = None,
     ) -> None:
-        super().__init__(settings, id_generator)
+        super().__init__(settings, id_generator, id_clock)
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._alease_lock: asyncio.Lock | None = None
         self._owns_engine = engine is None
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
@@ -148,6 +159,88 @@ class AsyncMemoryStore(StoreBase):
             async with self.engine.begin() as conn:
                 await conn.run_sync(migrations.upgrade_connection, revision)
 
+    async def _ensure_lease(self) -> SnowflakeGenerator:
+        """See :meth:`memstore.MemoryStore._ensure_lease`."""
+        generator = self._usable_generator()
+        if generator is not None:
+            return generator
+        if self._alease_lock is None:
+            self._alease_lock = asyncio.Lock()
+        async with self._alease_lock:
+            generator = self._usable_generator()
+            if generator is not None:
+                return generator
+            lease = self._own_lease()
+            ttl = self.settings.worker_lease_seconds
+            if lease is not None:
+                sent_at = time.monotonic()
+                try:
+                    kept = await sql_leases.arenew(
+                        self.engine, lease.worker_id, lease.epoch, ttl, self._last_issued_ms()
+                    )
+                except StorageError as error:
+                    raise WorkerLeaseLostError(
+                        f"worker id {lease.worker_id}: the lease may have lapsed and could not "
+                        f"be renewed ({error.kind or 'database error'}); no id was issued"
+                    ) from error
+                if kept:
+                    self._lease = lease.renewed(sent_at)
+                    assert self._ids is not None
+                    return self._ids
+                self._lease = None  # another process holds the id now: lease another one
+            sent_at = time.monotonic()
+            claimed = await sql_leases.aclaim(self.engine, ttl)
+            with self._lease_lock:
+                self._take_lease(claimed.worker_id, claimed.epoch, claimed.last_ms, sent_at)
+            if self._heartbeat is None or self._heartbeat.done():
+                self._heartbeat = asyncio.get_running_loop().create_task(self._renew_forever())
+            assert self._ids is not None
+            return self._ids
+
+    async def _renew_forever(self) -> None:
+        """The heartbeat task: renew the held lease every third of its period."""
+        interval = self.settings.worker_lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            lease = self._lease
+            if lease is None:
+                continue
+            sent_at = time.monotonic()
+            try:
+                kept = await sql_leases.arenew(
+                    self.engine,
+                    lease.worker_id,
+                    lease.epoch,
+                    self.settings.worker_lease_seconds,
+                    self._last_issued_ms(),
+                )
+            except StorageError as error:
+                logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
+                continue
+            current = self._lease
+            if current is not None and (current.worker_id, current.epoch) == (
+                lease.worker_id,
+                lease.epoch,
+            ):
+                self._lease = current.renewed(sent_at) if kept else None
+
+    async def _release_lease(self) -> None:
+        task, self._heartbeat = self._heartbeat, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+                await task
+        lease = self._own_lease()
+        self._lease = None
+        if lease is None:
+            return
+        try:
+            await sql_leases.arelease(
+                self.engine, lease.worker_id, lease.epoch, self._last_issued_ms()
+            )
+        except StorageError as error:
+            logger.warning("memstore: worker lease release failed (%s)", error.kind)
+
     async def append(
         self,
         app_id: str | int,
@@ -169,6 +262,7 @@ class AsyncMemoryStore(StoreBase):
         attempt = 0
         while True:
             attempt += 1
+            await self._ensure_lease()  # renews here, before the transaction, when needed
             try:
                 ids, step = await self._sql.insert(app_id, plan, self._issue_ids)
                 break
@@ -341,10 +435,11 @@ class AsyncMemoryStore(StoreBase):
             await self.cache.invalidate(app)
 
     async def close(self) -> None:
-        """Release the connections this store created."""
+        """Release the worker-id lease it holds and the connections this store created."""
         if self._closed:
             return
         self._closed = True
+        await self._release_lease()
         if self._owns_cache:
             await self.cache.close()
         if self._owns_engine:

@@ -505,6 +505,43 @@ def stats(as_json: bool, database_url: str | None, redis_url: str | None) -> Non
             click.echo(f"{key.replace('_', ' ')}: {value}")
 
 
+@cli.command()
+@click.option("--all", "show_all", is_flag=True, help="Also list leases that have lapsed.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@database_option
+def workers(show_all: bool, as_json: bool, database_url: str | None) -> None:
+    """Leased snowflake worker ids: id, holder (host:pid), epoch, seconds until it lapses."""
+    from memstore.sql.engine import make_engine
+    from memstore.sql.leases import read_leases
+
+    engine = make_engine(_settings(database_url, None).database_url)
+    try:
+        rows = [row for row in read_leases(engine) if show_all or not row.expired]
+    finally:
+        engine.dispose()
+    data = [
+        {
+            "worker_id": row.worker_id,
+            "holder": row.holder,
+            "epoch": row.epoch,
+            "expires_in_seconds": round(row.expires_in_seconds, 1),
+            "expired": row.expired,
+        }
+        for row in rows
+    ]
+    if as_json:
+        _emit_json(data)
+        return
+    if not data:
+        click.echo("no live worker leases" if not show_all else "no worker leases")
+        return
+    click.echo(f"{'id':>4}  {'epoch':>6}  {'expires in':>10}  holder")
+    for item in data:
+        seconds = item["expires_in_seconds"]
+        expires = "lapsed" if item["expired"] else f"{seconds:.1f}s"
+        click.echo(f"{item['worker_id']:>4}  {item['epoch']:>6}  {expires:>10}  {item['holder']}")
+
+
 def _when(row_id: int | None) -> str | None:
     if row_id is None:
         return None

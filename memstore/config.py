@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.engine import make_url
@@ -39,8 +39,14 @@ class Settings(BaseModel):
     """How many messages a rebuild (cache miss, ``reload``) loads from SQL."""
     cache_ttl_seconds: int = Field(default=3600, ge=1, le=MAX_TTL_SECONDS)
     """TTL of a window key, refreshed on every write."""
-    worker_id: int = Field(default=0, ge=0, le=1023)
-    """Snowflake worker id; give every process that writes to the same database its own."""
+    worker_id: int | Literal["auto"] = "auto"
+    """Snowflake worker id. ``auto``: lease a free id (0-1023) from the ``worker_leases``
+    table of the database, renewed in the background; a number: that id, set by hand (give
+    every process that writes to the same database its own)."""
+    worker_lease_seconds: int = Field(default=60, ge=3, le=86_400)
+    """Length of a worker-id lease (``worker_id`` ``auto``): a holder renews it every third
+    of it; an id whose holder stopped renewing is free again this long after the last
+    renewal, by the database's clock."""
     max_text_bytes: int = Field(default=1024 * 1024, ge=1, le=MAX_TEXT_BYTES_LIMIT)
     """Largest text, tool-result or arguments field accepted, in UTF-8 bytes."""
     max_metadata_bytes: int = Field(default=64 * 1024, ge=2)
@@ -64,6 +70,7 @@ class Settings(BaseModel):
         "reload_max",
         "cache_ttl_seconds",
         "worker_id",
+        "worker_lease_seconds",
         "max_text_bytes",
         "clock_backwards_max_wait_ms",
         mode="before",
@@ -72,6 +79,20 @@ class Settings(BaseModel):
     def _no_bool_for_int(cls, value: object) -> object:
         if isinstance(value, bool):
             raise ValueError("must be an integer, not a bool")
+        return value
+
+    @field_validator("worker_id", mode="before")
+    @classmethod
+    def _auto_worker_id(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        return value
+
+    @field_validator("worker_id")
+    @classmethod
+    def _worker_id_range(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= 1023:
+            raise ValueError("must be auto or an integer in 0..1023")
         return value
 
     @field_validator("database_url")
@@ -117,6 +138,15 @@ class Settings(BaseModel):
 
 def _coerce(name: str, raw: str) -> Any:
     annotation = Settings.model_fields[name].annotation
+    if name == "worker_id":
+        if raw.lower() == "auto":
+            return "auto"
+        try:
+            return int(raw)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}WORKER_ID must be auto or an integer in 0..1023"
+            ) from error
     if annotation is int:
         try:
             return int(raw)

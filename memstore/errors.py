@@ -103,6 +103,25 @@ class ClockMovedBackwardsError(MemstoreError):
     """The system clock stepped back further than the snowflake generator may wait out."""
 
 
+class WorkerLeaseError(MemstoreError):
+    """A leased snowflake worker id (``MEMSTORE_WORKER_ID=auto``) could not be held; no id
+    was issued and nothing was written."""
+
+
+class WorkerIdsExhaustedError(WorkerLeaseError):
+    """Every worker id (0-1023) is leased by a live holder. ``soonest_expiry_seconds`` tells
+    when the first lease lapses (by the database's clock) unless its holder renews it."""
+
+    def __init__(self, detail: str, *, soonest_expiry_seconds: float) -> None:
+        super().__init__(detail)
+        self.soonest_expiry_seconds = soonest_expiry_seconds
+
+
+class WorkerLeaseLostError(WorkerLeaseError):
+    """The store's lease may have lapsed (the process was paused, or the database could not be
+    reached to renew it) and could not be renewed or replaced in time; no id was issued."""
+
+
 class StorageError(MemstoreError):
     """The SQL database failed (connection, constraint, timeout). Nothing was committed.
 

@@ -59,6 +59,9 @@ class SnowflakeGenerator:
     ``next_ids(count, above=newest)`` issues ids greater than ``newest`` even when this
     generator's clock is behind the writer of ``newest``: the ids then carry ``newest``'s
     millisecond (or the next one) instead of the clock's, keeping this worker id.
+
+    ``start_after`` is an id this generator never issues at or below (a leased worker id's
+    previous holders' newest id), whatever its clock says.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class SnowflakeGenerator:
         max_backwards_wait_ms: int = 2000,
         clock: Callable[[], int] = _wall_clock_ms,
         sleep: Callable[[float], None] = time.sleep,
+        start_after: int = -1,
     ) -> None:
         if not 0 <= worker_id <= MAX_WORKER_ID:
             raise ConfigurationError(f"worker id must be in 0..{MAX_WORKER_ID}, got {worker_id}")
@@ -78,7 +82,13 @@ class SnowflakeGenerator:
         self._lock = threading.Lock()
         self._clock_high_ms = -1
         """The newest time the clock showed: a reading below it is the clock stepping back."""
-        self._last_id = -1
+        self._last_id = start_after
+
+    @property
+    def last_ms(self) -> int:
+        """The millisecond of the newest id issued (or of ``start_after``); 0 before any."""
+        last = self._last_id
+        return id_timestamp_ms(last) if last >= 0 else 0
 
     def next_id(self) -> int:
         """Return the next id."""

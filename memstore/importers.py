@@ -187,6 +187,7 @@ def import_agents_session(
     report.findings = dict(Counter(v.code for v in validate(raw, "openai")))
     messages: list[Message] = resolve_results(raw, {})
     report.messages = len(messages)
+    store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
     with translated_errors("importing a session"), store.engine.begin() as conn:
         generation.bump(conn, app)  # locks the app: a racing import or write waits
         taken = conn.execute(sa.select(original.c.id).where(in_app(original, app)).limit(1))

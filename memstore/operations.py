@@ -17,7 +17,6 @@ from memstore.core.check import (
 from memstore.core.id_order import newest_of
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import original_row
-from memstore.ids import shared_generator
 from memstore.reports import PruneReport
 from memstore.sql import admin, generation
 from memstore.sql.engine import translated_errors
@@ -53,7 +52,7 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
     if plan.empty:
         return CheckResult(app_id, findings, plan)
     now = datetime.now(timezone.utc)
-    generator = shared_generator(store.settings.worker_id)
+    store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
     request_rows = {f.call_id: f.row_id for f in findings if f.code == UNANSWERED_REQUEST}
     with translated_errors("repairing history"), store.engine.begin() as conn:
         generation.bump(conn, app_id)  # locks the app: ids above its newest
@@ -65,7 +64,7 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
         rows = [
             original_row(row_id, app_id, owners.get(request_rows[answer.id]), answer, now)
             for row_id, answer in zip(
-                generator.next_ids(len(plan.answers), above=newest), plan.answers, strict=True
+                store._issue_ids(len(plan.answers), newest), plan.answers, strict=True
             )
         ]
         if rows:

@@ -15,7 +15,10 @@ with the edge check whenever it is missing (expired, flushed, restarted) or unce
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -55,10 +58,11 @@ from memstore.core.plans import (
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.window import Window, answer_open_group, entry_for
-from memstore.errors import IdCollisionError
+from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
+from memstore.sql import leases as sql_leases
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
 from memstore.sql.export import (
@@ -86,7 +90,13 @@ class MemoryStore(StoreBase):
             (the store then leaves disposing it to you).
         cache: a window cache to use instead of one built from ``settings.redis_url``.
         id_generator: the snowflake id generator to use instead of the process-wide one for
-            ``settings.worker_id`` (for tests, e.g. a clock that is behind).
+            ``settings.worker_id`` (for tests, e.g. a clock that is behind); no lease is taken.
+        id_clock: the wall clock (Unix milliseconds) of the generator a leased worker id gets
+            (for tests: a clock set back across a restart).
+
+    With ``worker_id="auto"`` (the default) the store leases a free worker id from the
+    ``worker_leases`` table on its first write and renews it from a daemon thread;
+    :meth:`close` releases it.
     """
 
     def __init__(
@@ -96,8 +106,11 @@ class MemoryStore(StoreBase):
         engine: Engine | None = None,
         cache: WindowCache | None = None,
         id_generator: SnowflakeGenerator | None = None,
+        id_clock: Callable[[], int] | None = None,
     ) -> None:
-        super().__init__(settings, id_generator)
+        super().__init__(settings, id_generator, id_clock)
+        self._heartbeat: threading.Thread | None = None
+        self._stop_heartbeat = threading.Event()
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
         self._sql = SqlHistory(self.engine)
@@ -130,6 +143,100 @@ class MemoryStore(StoreBase):
 
         migrations.upgrade(self.engine, revision)
 
+    # -- worker-id lease ---------------------------------------------------------------------
+
+    def _ensure_lease(self) -> SnowflakeGenerator:
+        """The generator, after renewing (or claiming) the lease when it may have lapsed.
+
+        Raises :class:`~memstore.errors.WorkerLeaseLostError` when a held lease can be neither
+        renewed nor replaced, :class:`~memstore.errors.WorkerIdsExhaustedError` when no id is
+        free, :class:`~memstore.errors.StorageError` when the first claim fails.
+        """
+        generator = self._usable_generator()
+        if generator is not None:
+            return generator
+        with self._lease_lock:
+            generator = self._usable_generator()
+            if generator is not None:
+                return generator
+            lease = self._own_lease()
+            ttl = self.settings.worker_lease_seconds
+            if lease is not None:
+                sent_at = time.monotonic()
+                try:
+                    kept = sql_leases.renew(
+                        self.engine, lease.worker_id, lease.epoch, ttl, self._last_issued_ms()
+                    )
+                except StorageError as error:
+                    raise WorkerLeaseLostError(
+                        f"worker id {lease.worker_id}: the lease may have lapsed and could not "
+                        f"be renewed ({error.kind or 'database error'}); no id was issued"
+                    ) from error
+                if kept:
+                    self._lease = lease.renewed(sent_at)
+                    assert self._ids is not None
+                    return self._ids
+                self._lease = None  # another process holds the id now: lease another one
+            sent_at = time.monotonic()
+            claimed = sql_leases.claim(self.engine, ttl)
+            self._take_lease(claimed.worker_id, claimed.epoch, claimed.last_ms, sent_at)
+            self._start_heartbeat()
+            assert self._ids is not None
+            return self._ids
+
+    def _issue_ids(self, count: int, above: int) -> list[int]:
+        return self._ensure_lease().next_ids(count, above=above)
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is not None and self._heartbeat.is_alive():
+            return
+        ref = weakref.ref(self)
+        stop = self._stop_heartbeat
+        interval = self.settings.worker_lease_seconds / 3
+        self._heartbeat = threading.Thread(
+            target=_heartbeat, args=(ref, stop, interval), name="memstore-lease", daemon=True
+        )
+        self._heartbeat.start()
+
+    def _renew_in_background(self) -> None:
+        """One heartbeat: renew the held lease; forget it if another process claimed it."""
+        lease = self._own_lease()
+        if lease is None:
+            return
+        sent_at = time.monotonic()
+        try:
+            kept = sql_leases.renew(
+                self.engine,
+                lease.worker_id,
+                lease.epoch,
+                self.settings.worker_lease_seconds,
+                self._last_issued_ms(),
+            )
+        except StorageError as error:
+            logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
+            return
+        with self._lease_lock:
+            current = self._lease
+            if current is not None and (current.worker_id, current.epoch) == (
+                lease.worker_id,
+                lease.epoch,
+            ):
+                self._lease = current.renewed(sent_at) if kept else None
+
+    def _release_lease(self) -> None:
+        self._stop_heartbeat.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        with self._lease_lock:
+            lease = self._own_lease()
+            self._lease = None
+        if lease is None:
+            return
+        try:
+            sql_leases.release(self.engine, lease.worker_id, lease.epoch, self._last_issued_ms())
+        except StorageError as error:
+            logger.warning("memstore: worker lease release failed (%s)", error.kind)
+
     # -- writes ------------------------------------------------------------------------------
 
     def append(
@@ -160,6 +267,7 @@ class MemoryStore(StoreBase):
         attempt = 0
         while True:
             attempt += 1
+            self._ensure_lease()  # before the transaction: a renewal never waits on its locks
             try:
                 ids, step = self._sql.insert(app_id, plan, self._issue_ids)
                 break
@@ -374,10 +482,12 @@ class MemoryStore(StoreBase):
             self.cache.invalidate(app)
 
     def close(self) -> None:
-        """Release the connections this store created (an engine or cache passed in stays open)."""
+        """Release the worker-id lease it holds and the connections this store created (an
+        engine or cache passed in stays open)."""
         if self._closed:
             return
         self._closed = True
+        self._release_lease()
         if self._owns_cache:
             self.cache.close()
         if self._owns_engine:
@@ -393,6 +503,16 @@ class MemoryStore(StoreBase):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _heartbeat(ref: weakref.ref[MemoryStore], stop: threading.Event, interval: float) -> None:
+    """Renew the store's lease every ``interval`` seconds until it closes or is collected."""
+    while not stop.wait(interval):
+        store = ref()
+        if store is None:
+            return
+        store._renew_in_background()
+        del store
 
 
 class ChatMemory:

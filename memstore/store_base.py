@@ -5,7 +5,10 @@ policy for snowflake id collisions."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -13,9 +16,10 @@ from sqlalchemy.engine import make_url
 
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, ToolFormatter
+from memstore.core.leases import HeldLease, id_floor
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write
-from memstore.errors import IdCollisionError
-from memstore.ids import SnowflakeGenerator, shared_generator
+from memstore.errors import IdCollisionError, WorkerLeaseLostError
+from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
 
 logger = logging.getLogger("memstore")
@@ -27,14 +31,69 @@ class StoreBase:
     """The I/O-free half of a store."""
 
     def __init__(
-        self, settings: Settings | None, id_generator: SnowflakeGenerator | None = None
+        self,
+        settings: Settings | None,
+        id_generator: SnowflakeGenerator | None = None,
+        id_clock: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings or Settings()
-        self._ids: SnowflakeGenerator = id_generator or shared_generator(
-            self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
-        )
+        fixed = self.settings.worker_id
+        self._leasing = id_generator is None and not isinstance(fixed, int)
+        """True when the worker id is leased (``worker_id="auto"``) rather than fixed."""
+        self._id_clock = id_clock or _wall_clock_ms
+        self._ids: SnowflakeGenerator | None = None
+        if id_generator is not None:
+            self._ids = id_generator
+        elif isinstance(fixed, int):
+            self._ids = shared_generator(fixed, self.settings.clock_backwards_max_wait_ms)
+        self._fixed_worker_id = None if self._ids is None else self._ids.worker_id
+        self._lease: HeldLease | None = None
+        self._lease_pid = 0
+        """The process that claimed ``_lease``: a forked child must not use its parent's."""
+        self._lease_lock = threading.Lock()
         self._formatters: dict[str, ToolFormatter] = {}
         self._closed = False
+
+    @property
+    def worker_id(self) -> int | None:
+        """The snowflake worker id this store issues ids with: the fixed one, or the one it
+        leased (``None`` while a leasing store holds none yet: it leases on its first write,
+        or after ``migrate()``)."""
+        if not self._leasing:
+            return self._fixed_worker_id
+        lease = self._lease
+        return None if lease is None else lease.worker_id
+
+    def _take_lease(self, worker_id: int, epoch: int, last_ms: int, sent_at: float) -> None:
+        """Start issuing ids on a lease just claimed (call with ``_lease_lock`` held)."""
+        self._ids = SnowflakeGenerator(
+            worker_id,
+            max_backwards_wait_ms=self.settings.clock_backwards_max_wait_ms,
+            clock=self._id_clock,
+            start_after=id_floor(worker_id, last_ms),
+        )
+        self._lease = HeldLease(worker_id, epoch, sent_at, self.settings.worker_lease_seconds)
+        self._lease_pid = os.getpid()
+
+    def _own_lease(self) -> HeldLease | None:
+        """The lease this process claimed; a lease inherited across ``fork`` is forgotten (the
+        parent still holds it and renews it)."""
+        lease = self._lease
+        if lease is not None and self._lease_pid != os.getpid():
+            self._lease = lease = None
+        return lease
+
+    def _usable_generator(self) -> SnowflakeGenerator | None:
+        """The generator when ids may be issued right now without touching the database."""
+        if not self._leasing:
+            return self._ids
+        lease = self._own_lease()
+        if lease is not None and lease.usable(time.monotonic()):
+            return self._ids
+        return None
+
+    def _last_issued_ms(self) -> int:
+        return 0 if self._ids is None else self._ids.last_ms
 
     @classmethod
     def from_env(cls: type[StoreT], **overrides: Any) -> StoreT:
@@ -81,7 +140,12 @@ class StoreBase:
     def _issue_ids(self, count: int, above: int) -> list[int]:
         """``count`` fresh ids above ``above`` (the app's newest id, read in the write's
         transaction)."""
-        return self._ids.next_ids(count, above=above)
+        generator = self._usable_generator()
+        if generator is None:
+            raise WorkerLeaseLostError(
+                "no usable worker-id lease: the lease may have lapsed; no id was issued"
+            )
+        return generator.next_ids(count, above=above)
 
     def _id_collided(self, attempt: int, error: IdCollisionError) -> None:
         """Called when attempt ``attempt`` of a write hit a taken id: retry, or give up."""
@@ -90,5 +154,5 @@ class StoreBase:
         logger.warning(
             "memstore: snowflake id collision (another process uses worker id %d?); "
             "retrying with fresh ids",
-            self.settings.worker_id,
+            self.worker_id,
         )

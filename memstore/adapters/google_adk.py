@@ -515,6 +515,7 @@ class MemstoreSessionService(BaseSessionService):
         deltas = _session_util.extract_state_delta(delta)
         batch = event_to_messages(event)
         key = _key("session", session.app_name, session.user_id, session.id)
+        store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
         with translated_errors("appending an event"), store.engine.begin() as conn:
             row = conn.execute(
                 sa.select(adk_state.c.state, adk_state.c.revision).where(key)

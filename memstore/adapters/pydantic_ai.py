@@ -628,6 +628,7 @@ class MemstoreConversationStore(ConversationStore):
         )
         base = new_entries[0].parent_id if new_entries else record.head_id
         cache_entries: list[Any] = []
+        store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
         with translated_errors("saving a conversation"), store.engine.begin() as conn:
             _swap_record(conn, record, expected_revision)
             tip = _app_tip(conn, app_id)

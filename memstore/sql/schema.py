@@ -222,3 +222,23 @@ id and issues ids above it (``memstore.core.id_order``). An in-process window ca
 counter with the generation its window was built at, so a write by another process is never
 missed. Never deleted (it holds no user data), so a counter never restarts and an old window can
 never match again."""
+
+WORKER_LEASES_TABLE = "worker_leases"
+MAX_HOLDER_CHARS = 255
+
+worker_leases = sa.Table(
+    WORKER_LEASES_TABLE,
+    metadata,
+    sa.Column("worker_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("holder", ExactString(MAX_HOLDER_CHARS), nullable=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("last_ms", sa.BigInteger, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+"""One row per snowflake worker id ever leased (``MEMSTORE_WORKER_ID=auto``). ``expires_at_ms``
+is in the database's own clock (Unix milliseconds), so the processes' clocks never decide
+whether a lease lapsed; ``epoch`` rises on every claim and fences renewals and releases of an
+earlier holder; ``last_ms`` is the newest millisecond the holders issued ids in (as of their
+last renewal or release), which the next holder never issues below. Rows are never deleted."""

@@ -152,7 +152,7 @@ class StoreBase:
         if attempt >= ID_COLLISION_RETRIES:
             raise error
         logger.warning(
-            "memstore: snowflake id collision (another process uses worker id %d?); "
+            "memstore: snowflake id collision (another process uses worker id %s?); "
             "retrying with fresh ids",
             self.worker_id,
         )

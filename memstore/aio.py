@@ -60,6 +60,7 @@ from memstore.core.plans import (
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
+from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group, entry_for
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator
@@ -104,6 +105,7 @@ class AsyncMemoryStore(StoreBase):
             (the sync URL is mapped to an asyncio driver; see :mod:`memstore.sql.aio`).
         cache: an :class:`~memstore.cache.aio.AsyncWindowCache` instead of the default one.
         id_generator: see :class:`memstore.MemoryStore`.
+        token_counter: see :class:`memstore.MemoryStore`.
     """
 
     def __init__(
@@ -113,8 +115,9 @@ class AsyncMemoryStore(StoreBase):
         engine: AsyncEngine | None = None,
         cache: AsyncWindowCache | None = None,
         id_generator: SnowflakeGenerator | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
-        super().__init__(settings, id_generator)
+        super().__init__(settings, id_generator, token_counter)
         self._owns_engine = engine is None
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
@@ -188,15 +191,26 @@ class AsyncMemoryStore(StoreBase):
         return AsyncTurnCollector(self, normalize_app_id(app_id), normalize_user_id(user_id))
 
     async def load_window(
-        self, app_id: str | int, max_messages: int = 50, *, start_at_user: bool | None = None
+        self,
+        app_id: str | int,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        *,
+        start_at_user: bool | None = None,
+        oversize: str = "keep",
     ) -> list[Message]:
         """See :meth:`memstore.MemoryStore.load_window`."""
         app = normalize_app_id(app_id)
+        messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
         steps = window_steps(
-            positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), start_at_user=first_user
+            messages,
+            start_at_user=first_user,
+            max_tokens=tokens,
+            count_tokens=self._count if tokens is not None else None,
         )
-        return (await _run_steps(steps, self._sql, app)).messages
+        window = await _run_steps(steps, self._sql, app)
+        return self._fitted(app, window, tokens, policy).messages
 
     def memory(self, app_id: str | int) -> AsyncChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -230,7 +244,10 @@ class AsyncMemoryStore(StoreBase):
             )
         else:
             cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        return window.messages, reload_report(app_id, window, cached)
+        budgeted = self._budget_cached(
+            app_id, window.messages, self.settings.window_max_tokens, "keep"
+        )
+        return window.messages, reload_report(app_id, window, cached, budgeted)
 
     async def history(
         self, app_id: str | int, limit: int = 20, before_id: int | None = None
@@ -369,16 +386,21 @@ class AsyncChatMemory:
         self._store = store
         self.app_id = app_id
 
-    async def messages(self) -> list[Message]:
-        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages)."""
+    async def messages(
+        self, max_tokens: int | None = None, *, oversize: str = "keep"
+    ) -> list[Message]:
+        """See :meth:`memstore.ChatMemory.messages`."""
+        budget, policy = self._store._token_budget(max_tokens, oversize)
         generation = await self._store._generation(self.app_id)
         cached = await self._store.cache.read(self.app_id)
         if cached.messages is not None and cached.generation == generation:
-            return answer_open_group(cached.messages)
-        messages, _ = await self._store._rebuild(
-            self.app_id, self._store.settings.reload_max, cached.version, generation
-        )
-        return messages
+            messages = answer_open_group(cached.messages)
+        else:
+            messages, _ = await self._store._rebuild(
+                self.app_id, self._store.settings.reload_max, cached.version, generation
+            )
+        budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
+        return messages if budgeted is None else budgeted.messages
 
     async def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
         """Write ``message`` durably, then append it to the cached window; return its id."""

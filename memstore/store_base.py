@@ -13,7 +13,18 @@ from sqlalchemy.engine import make_url
 
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, ToolFormatter
-from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write
+from memstore.core.inputs import MAX_WINDOW_MESSAGES
+from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.tokens import (
+    MAX_TOKENS_LIMIT,
+    Oversize,
+    TokenCounter,
+    approximate_tokens,
+    checked_counter,
+    fit_oversize,
+    oversize_policy,
+)
+from memstore.core.window import Window, token_window
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message
@@ -22,14 +33,23 @@ logger = logging.getLogger("memstore")
 
 StoreT = TypeVar("StoreT", bound="StoreBase")
 
+DEFAULT_WINDOW_MESSAGES = 50
+"""``load_window``'s message bound when neither ``max_messages`` nor ``max_tokens`` is given."""
+
 
 class StoreBase:
     """The I/O-free half of a store."""
 
     def __init__(
-        self, settings: Settings | None, id_generator: SnowflakeGenerator | None = None
+        self,
+        settings: Settings | None,
+        id_generator: SnowflakeGenerator | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        self.token_counter: TokenCounter = token_counter or approximate_tokens
+        """Counts a message's tokens for token budgets (default: :func:`approximate_tokens`)."""
+        self._count = checked_counter(self.token_counter)
         self._ids: SnowflakeGenerator = id_generator or shared_generator(
             self.settings.worker_id, self.settings.clock_backwards_max_wait_ms
         )
@@ -66,6 +86,61 @@ class StoreBase:
             max_text_bytes=self.settings.max_text_bytes,
             max_metadata_bytes=self.settings.max_metadata_bytes,
         )
+
+    def _bounds(
+        self, max_messages: int | None, max_tokens: int | None, oversize: str
+    ) -> tuple[int | None, int | None, Oversize]:
+        """Validate a window's bounds: with neither, the default message bound and the
+        ``window_max_tokens`` setting; with only ``max_tokens``, no message bound."""
+        policy = oversize_policy(oversize)
+        tokens = (
+            self.settings.window_max_tokens
+            if max_tokens is None
+            else positive(max_tokens, "max_tokens", MAX_TOKENS_LIMIT)
+        )
+        if max_messages is not None:
+            return positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), tokens, policy
+        return (DEFAULT_WINDOW_MESSAGES if max_tokens is None else None), tokens, policy
+
+    def _token_budget(self, max_tokens: int | None, oversize: str) -> tuple[int | None, Oversize]:
+        """The budget of a cached window read: ``max_tokens`` or the setting."""
+        policy = oversize_policy(oversize)
+        if max_tokens is None:
+            return self.settings.window_max_tokens, policy
+        return positive(max_tokens, "max_tokens", MAX_TOKENS_LIMIT), policy
+
+    def _fitted(
+        self, app_id: str, window: Window, max_tokens: int | None, oversize: Oversize
+    ) -> Window:
+        """Apply the oversize policy to a token-bounded window and say when it applied."""
+        if max_tokens is None or not window.stats.oversize:
+            return window
+        window = fit_oversize(window, max_tokens, self._count, oversize)
+        logger.warning(
+            "memstore: the newest unit of app %r's window alone exceeds the token budget "
+            "(%s > %d tokens); the window is that unit alone%s",
+            app_id,
+            window.stats.tokens,
+            max_tokens,
+            f", {window.stats.truncated_results} result(s) truncated"
+            if window.stats.truncated_results
+            else "",
+        )
+        return window
+
+    def _budget_cached(
+        self, app_id: str, messages: list[Message], max_tokens: int | None, oversize: Oversize
+    ) -> Window | None:
+        """The token-bounded part of a cached window (``None`` without a budget)."""
+        if max_tokens is None:
+            return None
+        window = token_window(
+            messages,
+            max_tokens,
+            self._count,
+            start_at_user=self.settings.window_start_at_user,
+        )
+        return self._fitted(app_id, window, max_tokens, oversize)
 
     @staticmethod
     def _private_database(url: str, owns_engine: bool) -> bool:

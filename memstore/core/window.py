@@ -20,7 +20,7 @@ Guarantees of every returned window, whatever the rows hold:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
@@ -52,6 +52,13 @@ class WindowStats:
     """Results whose request does not exist, left out."""
     duplicate_results_skipped: int = 0
     """Second and later results for an already answered call id, left out."""
+    tokens: int | None = None
+    """Tokens of the window by the store's counter, when a token budget applied."""
+    oversize: bool = False
+    """The newest unit (a tool group or one message) alone exceeded the token budget, so the
+    window is that unit alone."""
+    truncated_results: int = 0
+    """Results of an oversized group cut to fit (``oversize="truncate-results"``)."""
 
 
 @dataclass(slots=True)
@@ -141,6 +148,8 @@ def select_window(
     *,
     start_at_user: bool = False,
     history_complete: bool = True,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[Message], int] | None = None,
 ) -> Window:
     """Choose the newest ``max_messages`` messages of ``rows`` (chronological) with the edge check.
 
@@ -150,15 +159,25 @@ def select_window(
     window, or rows too few to fill the window, set ``needs_older_rows`` and the caller should
     retry with older rows prepended. The window may exceed ``max_messages`` by the size of its
     oldest tool group; it starts after a group whose call id a newer group reuses.
+
+    With ``max_tokens`` (and ``count_tokens``, the per-message count), the window also holds
+    only the newest whole units whose counts sum to at most ``max_tokens``: the first unit
+    that does not fit ends it (no older unit is taken past it, so the window stays a
+    suffix). A unit that does not fit alone while the window is empty is taken alone (a
+    window is never empty) and ``stats.oversize`` says so. A tool group counts with the
+    synthetic results that answer its unanswered requests.
     """
     if max_messages < 1:
         raise ValueError("max_messages must be at least 1")
+    if max_tokens is not None and (max_tokens < 1 or count_tokens is None):
+        raise ValueError("max_tokens must be at least 1 and needs count_tokens")
     stats = WindowStats()
     units = _assemble(rows, stats)
 
     chosen: list[_Unit] = []
     chosen_call_ids: set[str] = set()
     total = 0
+    tokens = 0
     needs_older = False
     for unit, unresolved in reversed(units):
         if total >= max_messages:
@@ -173,6 +192,13 @@ def select_window(
             if not call_ids.isdisjoint(chosen_call_ids):
                 break  # a newer group reuses a call id; providers reject duplicate ids
             chosen_call_ids |= call_ids
+        if max_tokens is not None and count_tokens is not None:
+            cost = _unit_tokens(unit, count_tokens)
+            if chosen and tokens + cost > max_tokens:
+                break  # the budget is full: older units would leave a gap
+            if not chosen and cost > max_tokens:
+                stats.oversize = True
+            tokens += cost
         size = _unit_size(unit)
         if total + size > max_messages:
             stats.widened_groups += 1
@@ -198,7 +224,34 @@ def select_window(
             stats.interrupted_answered += len(synthetic) - before
         else:
             messages.append(unit)
+    if max_tokens is not None and count_tokens is not None:
+        stats.tokens = sum(count_tokens(m) for m in messages)
     return Window(messages, stats, needs_older, synthetic)
+
+
+def _unit_tokens(unit: _Unit, count_tokens: Callable[[Message], int]) -> int:
+    if isinstance(unit, _Group):
+        return sum(count_tokens(m) for m in unit.messages([]))
+    return count_tokens(unit)
+
+
+def token_window(
+    messages: Sequence[Message],
+    max_tokens: int,
+    count_tokens: Callable[[Message], int],
+    *,
+    start_at_user: bool = False,
+) -> Window:
+    """The newest whole units of an already edge-checked window (a cached one) that fit
+    ``max_tokens``, by the rules of :func:`select_window`."""
+    rows = [StoredMessage(index + 1, message) for index, message in enumerate(messages)]
+    return select_window(
+        rows,
+        max(1, len(rows)),
+        start_at_user=start_at_user,
+        max_tokens=max_tokens,
+        count_tokens=count_tokens,
+    )
 
 
 # --- cache windows ---------------------------------------------------------------------------

@@ -220,7 +220,8 @@ class MemoryStore(StoreBase):
         ``max_tokens``, only the newest whole units (messages, whole tool groups) whose token
         counts (by ``token_counter``) sum to at most ``max_tokens``; when both are given both
         hold. With neither, ``max_messages`` is 50 and ``max_tokens`` the
-        ``window_max_tokens`` setting; with only ``max_tokens``, there is no message bound.
+        ``window_max_tokens`` setting; with only ``max_tokens``, there is no message bound;
+        with only ``max_messages``, there is no token bound.
         When the newest unit alone exceeds ``max_tokens`` the window is that unit alone (a
         warning is logged); ``oversize="truncate-results"`` then cuts its largest tool
         results, with a marker, until it fits. With ``start_at_user`` (default: the

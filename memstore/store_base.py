@@ -90,17 +90,18 @@ class StoreBase:
     def _bounds(
         self, max_messages: int | None, max_tokens: int | None, oversize: str
     ) -> tuple[int | None, int | None, Oversize]:
-        """Validate a window's bounds: with neither, the default message bound and the
-        ``window_max_tokens`` setting; with only ``max_tokens``, no message bound."""
+        """Validate a window's bounds. With neither, the default message bound and the
+        ``window_max_tokens`` setting; otherwise exactly the bounds given (an explicit
+        ``max_messages`` alone stays a pure message bound, e.g. for exports)."""
         policy = oversize_policy(oversize)
         tokens = (
-            self.settings.window_max_tokens
-            if max_tokens is None
-            else positive(max_tokens, "max_tokens", MAX_TOKENS_LIMIT)
+            None if max_tokens is None else positive(max_tokens, "max_tokens", MAX_TOKENS_LIMIT)
         )
         if max_messages is not None:
             return positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), tokens, policy
-        return (DEFAULT_WINDOW_MESSAGES if max_tokens is None else None), tokens, policy
+        if tokens is None:
+            return DEFAULT_WINDOW_MESSAGES, self.settings.window_max_tokens, policy
+        return None, tokens, policy
 
     def _token_budget(self, max_tokens: int | None, oversize: str) -> tuple[int | None, Oversize]:
         """The budget of a cached window read: ``max_tokens`` or the setting."""

@@ -122,6 +122,7 @@ def test_the_setting_bounds_every_window(make_store: StoreFactory, app_id: str) 
     assert store.load_window(app_id) == history()[-4:]
     assert store.memory(app_id).messages() == history()[-4:]
     assert store.load_window(app_id, max_tokens=10) == history()[-1:]  # an argument wins
+    assert store.load_window(app_id, 50) == history()  # an explicit message bound alone
     report = store.reload(app_id)
     assert report.messages == 8
     assert (report.tokens, report.budget_messages, report.oversize) == (60, 4, False)

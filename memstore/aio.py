@@ -61,7 +61,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -169,6 +169,7 @@ class AsyncMemoryStore(StoreBase):
         if not batch and not drafts:
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
+        cache_entries = self._counted(plan.cache_entries)
         attempt = 0
         while True:
             attempt += 1
@@ -179,11 +180,9 @@ class AsyncMemoryStore(StoreBase):
                 self._id_collided(attempt, error)
         if self._local is not None and step is not None:
             # display-only writes raise the generation too: keep a current window current
-            await self._local.append(
-                app_id, plan.cache_entries, before=step.before, after=step.after
-            )
-        elif plan.cache_entries:
-            await self.cache.append(app_id, plan.cache_entries)
+            await self._local.append(app_id, cache_entries, before=step.before, after=step.after)
+        elif cache_entries:
+            await self.cache.append(app_id, cache_entries)
         return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
@@ -237,16 +236,14 @@ class AsyncMemoryStore(StoreBase):
     ) -> tuple[list[Message], ReloadReport]:
         steps = window_steps(limit, start_at_user=self.settings.window_start_at_user)
         window = await _run_steps(steps, self._sql, app_id)
-        entries = [entry_for(m) for m in window.messages]
+        budgeted = self._rebuilt_part(window)
+        entries = self._entries(window.messages if budgeted is None else budgeted.messages)
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation
             )
         else:
             cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        budgeted = self._budget_cached(
-            app_id, window.messages, self.settings.window_max_tokens, "keep"
-        )
         return window.messages, reload_report(app_id, window, cached, budgeted)
 
     async def history(

@@ -55,7 +55,7 @@ from memstore.core.plans import (
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -162,6 +162,7 @@ class MemoryStore(StoreBase):
         if not batch and not drafts:
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
+        cache_entries = self._counted(plan.cache_entries)
         attempt = 0
         while True:
             attempt += 1
@@ -172,9 +173,9 @@ class MemoryStore(StoreBase):
                 self._id_collided(attempt, error)
         if self._local is not None and step is not None:
             # display-only writes raise the generation too: keep a current window current
-            self._local.append(app_id, plan.cache_entries, before=step.before, after=step.after)
-        elif plan.cache_entries:
-            self.cache.append(app_id, plan.cache_entries)
+            self._local.append(app_id, cache_entries, before=step.before, after=step.after)
+        elif cache_entries:
+            self.cache.append(app_id, cache_entries)
         return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
@@ -257,16 +258,14 @@ class MemoryStore(StoreBase):
         self, app_id: str, limit: int, version: str, generation: int | None
     ) -> tuple[list[Message], ReloadReport]:
         window = self._window(app_id, limit, self.settings.window_start_at_user)
-        entries = [entry_for(m) for m in window.messages]
+        budgeted = self._rebuilt_part(window)
+        entries = self._entries(window.messages if budgeted is None else budgeted.messages)
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation
             )
         else:
             cached = self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        budgeted = self._budget_cached(
-            app_id, window.messages, self.settings.window_max_tokens, "keep"
-        )
         report = reload_report(app_id, window, cached, budgeted)
         return window.messages, report
 

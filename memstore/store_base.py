@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -24,7 +25,7 @@ from memstore.core.tokens import (
     fit_oversize,
     oversize_policy,
 )
-from memstore.core.window import Window, token_window
+from memstore.core.window import Window, WindowEntry, entry_for, token_window
 from memstore.errors import IdCollisionError
 from memstore.ids import SnowflakeGenerator, shared_generator
 from memstore.messages import Message
@@ -142,6 +143,30 @@ class StoreBase:
             start_at_user=self.settings.window_start_at_user,
         )
         return self._fitted(app_id, window, max_tokens, oversize)
+
+    def _rebuilt_part(self, window: Window) -> Window | None:
+        """Under ``window_max_tokens``, the part of a rebuilt window the cache keeps (its
+        newest whole units that fit); ``None`` without a budget."""
+        budget = self.settings.window_max_tokens
+        if budget is None or not window.messages:
+            return None
+        return token_window(
+            window.messages, budget, self._count, start_at_user=self.settings.window_start_at_user
+        )
+
+    def _counted(self, entries: Sequence[WindowEntry]) -> list[WindowEntry]:
+        """``entries`` with their token counts when windows have a token budget (the cache's
+        append trim needs them); counted before any write, so a failing counter writes
+        nothing."""
+        if self.settings.window_max_tokens is None:
+            return list(entries)
+        return [replace(entry, tokens=self._count(entry.message)) for entry in entries]
+
+    def _entries(self, messages: Sequence[Message]) -> list[WindowEntry]:
+        """Cache entries of a rebuilt window (with token counts under a budget)."""
+        if self.settings.window_max_tokens is None:
+            return [entry_for(m) for m in messages]
+        return [entry_for(m, self._count(m)) for m in messages]
 
     @staticmethod
     def _private_database(url: str, owns_engine: bool) -> bool:

@@ -272,33 +272,67 @@ class WindowEntry:
     kind: str
     call_ids: tuple[str, ...]
     message: Message
+    tokens: int = 0
+    """The message's token count (0 when the cache has no token budget)."""
 
 
-def entry_for(message: Message) -> WindowEntry:
+def entry_for(message: Message, tokens: int = 0) -> WindowEntry:
     """Classify ``message`` for a cached window."""
     if isinstance(message, ToolResult):
-        return WindowEntry(KIND_RESULT, (message.id,), message)
+        return WindowEntry(KIND_RESULT, (message.id,), message, tokens)
     if isinstance(message, AiMessage):
         if message.tool_requests:
-            return WindowEntry(KIND_REQUEST, tuple(c.id for c in message.tool_requests), message)
-        return WindowEntry(KIND_AI, (), message)
+            ids = tuple(c.id for c in message.tool_requests)
+            return WindowEntry(KIND_REQUEST, ids, message, tokens)
+        return WindowEntry(KIND_AI, (), message, tokens)
     if isinstance(message, SystemMessage):
-        return WindowEntry(KIND_SYSTEM, (), message)
-    return WindowEntry(KIND_USER, (), message)
+        return WindowEntry(KIND_SYSTEM, (), message, tokens)
+    return WindowEntry(KIND_USER, (), message, tokens)
 
 
-def eviction_count(kinds: Sequence[str], max_messages: int, *, start_at_user: bool) -> int:
+def token_drop(kinds: Sequence[str], tokens: Sequence[int], max_tokens: int) -> int:
+    """How many entries to drop from the front so the rest are the newest whole units (a
+    message, or a request with the results after it) whose tokens fit ``max_tokens``; the
+    newest unit is kept even when it alone does not fit (as :func:`select_window`)."""
+    start = len(kinds)
+    total = 0
+    index = len(kinds) - 1
+    while index >= 0:
+        first = index
+        while first > 0 and kinds[first] == KIND_RESULT:
+            first -= 1
+        cost = sum(tokens[first : index + 1])
+        if start < len(kinds) and total + cost > max_tokens:
+            break
+        total += cost
+        start = first
+        index = first - 1
+    return start
+
+
+def eviction_count(
+    kinds: Sequence[str],
+    max_messages: int,
+    *,
+    start_at_user: bool,
+    tokens: Sequence[int] | None = None,
+    max_tokens: int | None = None,
+) -> int:
     """How many entries to drop from the front of a cached window after an append.
 
     The same rule as :func:`select_window`: keep the newest ``max_messages`` entries, and when
     the oldest kept entry is a tool result, keep its whole group (the window may exceed the
     limit by that group). A group is evicted whole or not at all, so the window never starts
-    with a result, and a rebuild from SQL yields the same window. With ``start_at_user`` the
-    window then starts at its first user message.
+    with a result, and a rebuild from SQL yields the same window. With ``max_tokens`` (and
+    each entry's ``tokens``) the window also keeps only the newest whole units that fit
+    (:func:`token_drop`). With ``start_at_user`` the window then starts at its first user
+    message.
     """
     drop = max(0, len(kinds) - max_messages)
     while 0 < drop < len(kinds) and kinds[drop] == KIND_RESULT:
         drop -= 1
+    if max_tokens is not None and tokens is not None and kinds:
+        drop = max(drop, token_drop(kinds, tokens, max_tokens))
     if start_at_user:
         while drop < len(kinds) and kinds[drop] != KIND_USER:
             drop += 1

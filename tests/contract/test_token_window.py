@@ -147,3 +147,27 @@ def test_the_default_counter_needs_nothing(store: Any, app_id: str) -> None:
     per_message = approximate_tokens(UserMessage(text="x" * 300))
     assert len(store.load_window(app_id, max_tokens=per_message * 4)) == 4
     assert len(store.memory(app_id).messages(max_tokens=per_message * 3 + 1)) == 3
+
+
+def test_the_cached_window_is_trimmed_by_tokens_on_append(
+    make_store: StoreFactory, app_id: str
+) -> None:
+    """Each cache entry carries its count; the append trim keeps the newest whole units that
+    fit, and the cache then holds exactly what a rebuild under the same budget holds."""
+    store = make_store(token_counter=ten, window_max_tokens=60)
+    memory = store.memory(app_id)
+    memory.add(UserMessage(text="u0"))
+    assert memory.messages() == [UserMessage(text="u0")]  # the window is cached now
+    units = [history()[0:1], history()[1:4], history()[4:5], history()[5:7], history()[7:8]]
+    for unit in units:  # a whole unit per append: an open group is answered only on read
+        memory.add_all(unit)
+        cached = store.cache.read(app_id).messages
+        assert cached is not None
+        assert cached == store.load_window(app_id, max_tokens=60)
+    assert cached == history()[-4:]
+    memory.add_all(group("c", 40))  # 50 tokens: only u3 (10) fits beside it
+    assert store.cache.read(app_id).messages == [history()[-1], *group("c", 40)]
+    assert memory.messages() == store.load_window(app_id)
+    memory.invalidate()
+    assert memory.messages() == store.load_window(app_id)  # a rebuild keeps the same part
+    assert store.cache.read(app_id).messages in (None, store.load_window(app_id))

@@ -20,7 +20,14 @@ from memstore.core.tokens import (
     truncate_results,
 )
 from memstore.core.validate import validate
-from memstore.core.window import StoredMessage, Window, select_window, token_window
+from memstore.core.window import (
+    StoredMessage,
+    Window,
+    entry_for,
+    eviction_count,
+    select_window,
+    token_window,
+)
 from memstore.errors import InvalidInputError
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
 from tests.unit.test_window_properties import histories
@@ -292,3 +299,26 @@ def test_a_counter_returning_garbage_is_an_input_error(bad: object) -> None:
     count = checked_counter(lambda message: bad)  # type: ignore[arg-type, return-value]
     with pytest.raises(InvalidInputError):
         count(UserMessage(text="hi"))
+
+
+# --- the cache's append trim by tokens ----------------------------------------------------------
+
+
+@PROPERTY
+@given(histories(), st.integers(1, 60), st.integers(1, 400), counters(), st.booleans())
+def test_token_eviction_matches_a_budgeted_rebuild_from_sql(
+    rows: list[StoredMessage], max_messages: int, budget: int, count: Counter, start: bool
+) -> None:
+    cached = select_window(rows, 10**6).messages  # a cache window that grew past its limits
+    kinds = [entry_for(m).kind for m in cached]
+    drop = eviction_count(
+        kinds,
+        max_messages,
+        start_at_user=start,
+        tokens=[count(m) for m in cached],
+        max_tokens=budget,
+    )
+    rebuilt = select_window(
+        rows, max_messages, start_at_user=start, max_tokens=budget, count_tokens=count
+    )
+    assert cached[drop:] == rebuilt.messages

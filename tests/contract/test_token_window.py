@@ -5,11 +5,20 @@ and a pluggable counter."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memstore import AiMessage, Message, ToolRequest, ToolResult, UserMessage
+from memstore import (
+    AiMessage,
+    MemoryStore,
+    Message,
+    Settings,
+    ToolRequest,
+    ToolResult,
+    UserMessage,
+)
 from memstore.core.tokens import TRUNCATED_MARK, approximate_tokens
 from memstore.core.validate import validate
 from tests.conftest import StoreFactory
@@ -171,3 +180,15 @@ def test_the_cached_window_is_trimmed_by_tokens_on_append(
     memory.invalidate()
     assert memory.messages() == store.load_window(app_id)  # a rebuild keeps the same part
     assert store.cache.read(app_id).messages in (None, store.load_window(app_id))
+
+
+def test_adapter_writes_carry_token_counts(tmp_path: Path) -> None:
+    """The adapters' in-transaction inserts (pydantic-ai, Google ADK) count like append."""
+    from memstore.adapters._history import insert_messages
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'a.db'}", window_max_tokens=100)
+    with MemoryStore(settings, token_counter=ten) as store:
+        store.migrate()
+        with store.engine.begin() as conn:
+            _, entries = insert_messages(conn, store, "app-a", [UserMessage(text="hi")], None)
+        assert [entry.tokens for entry in entries] == [10]

@@ -63,7 +63,8 @@ from memstore.core.plans import (
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
-from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.core.tokens import TokenCounter
+from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -109,6 +110,7 @@ class AsyncMemoryStore(StoreBase):
         cache: an :class:`~memstore.cache.aio.AsyncWindowCache` instead of the default one.
         id_generator: see :class:`memstore.MemoryStore`.
         id_clock: see :class:`memstore.MemoryStore`.
+        token_counter: see :class:`memstore.MemoryStore`.
 
     With ``worker_id="auto"`` (the default) the store leases a free worker id on its first
     write and renews it from an asyncio task; :meth:`close` releases it.
@@ -122,8 +124,9 @@ class AsyncMemoryStore(StoreBase):
         cache: AsyncWindowCache | None = None,
         id_generator: SnowflakeGenerator | None = None,
         id_clock: Callable[[], int] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
-        super().__init__(settings, id_generator, id_clock)
+        super().__init__(settings, id_generator, id_clock, token_counter)
         self._heartbeat: asyncio.Task[None] | None = None
         self._alease_lock: asyncio.Lock | None = None
         self._owns_engine = engine is None
@@ -259,6 +262,7 @@ class AsyncMemoryStore(StoreBase):
         if not batch and not drafts:
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
+        cache_entries = self._counted(plan.cache_entries)
         attempt = 0
         while True:
             attempt += 1
@@ -270,11 +274,9 @@ class AsyncMemoryStore(StoreBase):
                 self._id_collided(attempt, error)
         if self._local is not None and step is not None:
             # display-only writes raise the generation too: keep a current window current
-            await self._local.append(
-                app_id, plan.cache_entries, before=step.before, after=step.after
-            )
-        elif plan.cache_entries:
-            await self.cache.append(app_id, plan.cache_entries)
+            await self._local.append(app_id, cache_entries, before=step.before, after=step.after)
+        elif cache_entries:
+            await self.cache.append(app_id, cache_entries)
         return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
@@ -282,15 +284,26 @@ class AsyncMemoryStore(StoreBase):
         return AsyncTurnCollector(self, normalize_app_id(app_id), normalize_user_id(user_id))
 
     async def load_window(
-        self, app_id: str | int, max_messages: int = 50, *, start_at_user: bool | None = None
+        self,
+        app_id: str | int,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        *,
+        start_at_user: bool | None = None,
+        oversize: str = "keep",
     ) -> list[Message]:
         """See :meth:`memstore.MemoryStore.load_window`."""
         app = normalize_app_id(app_id)
+        messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
         steps = window_steps(
-            positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), start_at_user=first_user
+            messages,
+            start_at_user=first_user,
+            max_tokens=tokens,
+            count_tokens=self._count if tokens is not None else None,
         )
-        return (await _run_steps(steps, self._sql, app)).messages
+        window = await _run_steps(steps, self._sql, app)
+        return self._fitted(app, window, tokens, policy).messages
 
     def memory(self, app_id: str | int) -> AsyncChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -317,14 +330,15 @@ class AsyncMemoryStore(StoreBase):
     ) -> tuple[list[Message], ReloadReport]:
         steps = window_steps(limit, start_at_user=self.settings.window_start_at_user)
         window = await _run_steps(steps, self._sql, app_id)
-        entries = [entry_for(m) for m in window.messages]
+        budgeted = self._rebuilt_part(window)
+        entries = self._entries(window.messages if budgeted is None else budgeted.messages)
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation
             )
         else:
             cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        return window.messages, reload_report(app_id, window, cached)
+        return window.messages, reload_report(app_id, window, cached, budgeted)
 
     async def history(
         self, app_id: str | int, limit: int = 20, before_id: int | None = None
@@ -464,16 +478,21 @@ class AsyncChatMemory:
         self._store = store
         self.app_id = app_id
 
-    async def messages(self) -> list[Message]:
-        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages)."""
+    async def messages(
+        self, max_tokens: int | None = None, *, oversize: str = "keep"
+    ) -> list[Message]:
+        """See :meth:`memstore.ChatMemory.messages`."""
+        budget, policy = self._store._token_budget(max_tokens, oversize)
         generation = await self._store._generation(self.app_id)
         cached = await self._store.cache.read(self.app_id)
         if cached.messages is not None and cached.generation == generation:
-            return answer_open_group(cached.messages)
-        messages, _ = await self._store._rebuild(
-            self.app_id, self._store.settings.reload_max, cached.version, generation
-        )
-        return messages
+            messages = answer_open_group(cached.messages)
+        else:
+            messages, _ = await self._store._rebuild(
+                self.app_id, self._store.settings.reload_max, cached.version, generation
+            )
+        budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
+        return messages if budgeted is None else budgeted.messages
 
     async def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
         """Write ``message`` durably, then append it to the cached window; return its id."""

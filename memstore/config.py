@@ -35,6 +35,10 @@ class Settings(BaseModel):
     """Redis URL of the memory windows; ``None`` keeps them in an in-process cache."""
     window_size: int = Field(default=60, ge=1, le=100_000)
     """Most messages a cached window keeps; adding more evicts from the front, group-safe."""
+    window_max_tokens: int | None = Field(default=None, ge=1, le=2**40)
+    """Token budget of the model's window (``memory(app).messages()``, ``load_window`` given
+    neither bound, ``reload``'s report) by the store's token counter; ``None``: windows are
+    bounded by messages only."""
     reload_max: int = Field(default=50, ge=1, le=100_000)
     """How many messages a rebuild (cache miss, ``reload``) loads from SQL."""
     cache_ttl_seconds: int = Field(default=3600, ge=1, le=MAX_TTL_SECONDS)
@@ -67,6 +71,7 @@ class Settings(BaseModel):
 
     @field_validator(
         "window_size",
+        "window_max_tokens",
         "reload_max",
         "cache_ttl_seconds",
         "worker_id",

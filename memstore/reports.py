@@ -25,6 +25,14 @@ class ReloadReport(_Report):
     """Results without a request, left out."""
     cached: bool
     """False when the cache was unavailable or a concurrent write made the rebuild stale."""
+    tokens: int | None = None
+    """With the ``window_max_tokens`` setting: tokens of the part of the window reads serve
+    (the newest whole units that fit the budget); ``None`` without a budget."""
+    budget_messages: int | None = None
+    """With ``window_max_tokens``: messages in that part; ``None`` without a budget."""
+    oversize: bool = False
+    """The newest unit (tool group or message) alone exceeds ``window_max_tokens``, so reads
+    serve that unit alone."""
 
 
 class PurgeReport(_Report):

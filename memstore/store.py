@@ -57,7 +57,8 @@ from memstore.core.plans import (
 )
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
-from memstore.core.window import Window, answer_open_group, entry_for
+from memstore.core.tokens import TokenCounter
+from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -93,6 +94,9 @@ class MemoryStore(StoreBase):
             ``settings.worker_id`` (for tests, e.g. a clock that is behind); no lease is taken.
         id_clock: the wall clock (Unix milliseconds) of the generator a leased worker id gets
             (for tests: a clock set back across a restart).
+        token_counter: counts a message's tokens for token budgets, ``(Message) -> int``;
+            default :func:`memstore.core.tokens.approximate_tokens` (no tokenizer needed), or
+            e.g. ``encoding_counter(tiktoken_encoding)``.
 
     With ``worker_id="auto"`` (the default) the store leases a free worker id from the
     ``worker_leases`` table on its first write and renews it from a daemon thread;
@@ -107,8 +111,9 @@ class MemoryStore(StoreBase):
         cache: WindowCache | None = None,
         id_generator: SnowflakeGenerator | None = None,
         id_clock: Callable[[], int] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
-        super().__init__(settings, id_generator, id_clock)
+        super().__init__(settings, id_generator, id_clock, token_counter)
         self._heartbeat: threading.Thread | None = None
         self._stop_heartbeat = threading.Event()
         self._owns_engine = engine is None
@@ -264,6 +269,7 @@ class MemoryStore(StoreBase):
         if not batch and not drafts:
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
+        cache_entries = self._counted(plan.cache_entries)
         attempt = 0
         while True:
             attempt += 1
@@ -275,9 +281,9 @@ class MemoryStore(StoreBase):
                 self._id_collided(attempt, error)
         if self._local is not None and step is not None:
             # display-only writes raise the generation too: keep a current window current
-            self._local.append(app_id, plan.cache_entries, before=step.before, after=step.after)
-        elif plan.cache_entries:
-            self.cache.append(app_id, plan.cache_entries)
+            self._local.append(app_id, cache_entries, before=step.before, after=step.after)
+        elif cache_entries:
+            self.cache.append(app_id, cache_entries)
         return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
@@ -291,26 +297,50 @@ class MemoryStore(StoreBase):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _window(self, app_id: str, max_messages: int, start_at_user: bool) -> Window:
+    def _window(
+        self,
+        app_id: str,
+        max_messages: int | None,
+        start_at_user: bool,
+        max_tokens: int | None = None,
+    ) -> Window:
         return run_steps(
-            window_steps(max_messages, start_at_user=start_at_user),
+            window_steps(
+                max_messages,
+                start_at_user=start_at_user,
+                max_tokens=max_tokens,
+                count_tokens=self._count if max_tokens is not None else None,
+            ),
             lambda request: self._sql.fetch(app_id, request),
         )
 
     def load_window(
-        self, app_id: str | int, max_messages: int = 50, *, start_at_user: bool | None = None
+        self,
+        app_id: str | int,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        *,
+        start_at_user: bool | None = None,
+        oversize: str = "keep",
     ) -> list[Message]:
         """The newest messages of the original history, edge-checked, straight from SQL.
 
         At most ``max_messages``, except that a tool group at the edge is kept whole. With
-        ``start_at_user`` (default: the ``window_start_at_user`` setting) the window starts at
-        a user message.
+        ``max_tokens``, only the newest whole units (messages, whole tool groups) whose token
+        counts (by ``token_counter``) sum to at most ``max_tokens``; when both are given both
+        hold. With neither, ``max_messages`` is 50 and ``max_tokens`` the
+        ``window_max_tokens`` setting; with only ``max_tokens``, there is no message bound;
+        with only ``max_messages``, there is no token bound.
+        When the newest unit alone exceeds ``max_tokens`` the window is that unit alone (a
+        warning is logged); ``oversize="truncate-results"`` then cuts its largest tool
+        results, with a marker, until it fits. With ``start_at_user`` (default: the
+        ``window_start_at_user`` setting) the window starts at a user message.
         """
         app = normalize_app_id(app_id)
+        messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        return self._window(
-            app, positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), first_user
-        ).messages
+        window = self._window(app, messages, first_user, tokens)
+        return self._fitted(app, window, tokens, policy).messages
 
     def memory(self, app_id: str | int) -> ChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -336,14 +366,15 @@ class MemoryStore(StoreBase):
         self, app_id: str, limit: int, version: str, generation: int | None
     ) -> tuple[list[Message], ReloadReport]:
         window = self._window(app_id, limit, self.settings.window_start_at_user)
-        entries = [entry_for(m) for m in window.messages]
+        budgeted = self._rebuilt_part(window)
+        entries = self._entries(window.messages if budgeted is None else budgeted.messages)
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation
             )
         else:
             cached = self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        report = reload_report(app_id, window, cached)
+        report = reload_report(app_id, window, cached, budgeted)
         return window.messages, report
 
     def history(
@@ -522,20 +553,26 @@ class ChatMemory:
         self._store = store
         self.app_id = app_id
 
-    def messages(self) -> list[Message]:
+    def messages(self, max_tokens: int | None = None, *, oversize: str = "keep") -> list[Message]:
         """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages).
 
-        An in-process window is served only while the app's generation in SQL is the one it
-        was built at (one primary-key lookup), so another process's write is never missed.
+        With ``max_tokens`` (default: the ``window_max_tokens`` setting), only the newest
+        whole units of the cached window that fit the budget, by the rules of
+        :meth:`MemoryStore.load_window` (``oversize`` as there). An in-process window is
+        served only while the app's generation in SQL is the one it was built at (one
+        primary-key lookup), so another process's write is never missed.
         """
+        budget, policy = self._store._token_budget(max_tokens, oversize)
         generation = self._store._generation(self.app_id)
         cached = self._store.cache.read(self.app_id)
         if cached.messages is not None and cached.generation == generation:
-            return answer_open_group(cached.messages)
-        messages, _ = self._store._rebuild(
-            self.app_id, self._store.settings.reload_max, cached.version, generation
-        )
-        return messages
+            messages = answer_open_group(cached.messages)
+        else:
+            messages, _ = self._store._rebuild(
+                self.app_id, self._store.settings.reload_max, cached.version, generation
+            )
+        budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
+        return messages if budgeted is None else budgeted.messages
 
     def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
         """Write ``message`` durably, then append it to the cached window; return its id."""

@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -16,8 +17,19 @@ from sqlalchemy.engine import make_url
 
 from memstore.config import Settings
 from memstore.core.display import DisplayDraft, ToolFormatter
+from memstore.core.inputs import MAX_WINDOW_MESSAGES
 from memstore.core.leases import HeldLease, id_floor
-from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write
+from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.tokens import (
+    MAX_TOKENS_LIMIT,
+    Oversize,
+    TokenCounter,
+    approximate_tokens,
+    checked_counter,
+    fit_oversize,
+    oversize_policy,
+)
+from memstore.core.window import Window, WindowEntry, entry_for, token_window
 from memstore.errors import IdCollisionError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
@@ -25,6 +37,9 @@ from memstore.messages import Message
 logger = logging.getLogger("memstore")
 
 StoreT = TypeVar("StoreT", bound="StoreBase")
+
+DEFAULT_WINDOW_MESSAGES = 50
+"""``load_window``'s message bound when neither ``max_messages`` nor ``max_tokens`` is given."""
 
 
 class StoreBase:
@@ -35,8 +50,12 @@ class StoreBase:
         settings: Settings | None,
         id_generator: SnowflakeGenerator | None = None,
         id_clock: Callable[[], int] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        self.token_counter: TokenCounter = token_counter or approximate_tokens
+        """Counts a message's tokens for token budgets (default: :func:`approximate_tokens`)."""
+        self._count = checked_counter(self.token_counter)
         fixed = self.settings.worker_id
         self._leasing = id_generator is None and not isinstance(fixed, int)
         """True when the worker id is leased (``worker_id="auto"``) rather than fixed."""
@@ -125,6 +144,86 @@ class StoreBase:
             max_text_bytes=self.settings.max_text_bytes,
             max_metadata_bytes=self.settings.max_metadata_bytes,
         )
+
+    def _bounds(
+        self, max_messages: int | None, max_tokens: int | None, oversize: str
+    ) -> tuple[int | None, int | None, Oversize]:
+        """Validate a window's bounds. With neither, the default message bound and the
+        ``window_max_tokens`` setting; otherwise exactly the bounds given (an explicit
+        ``max_messages`` alone stays a pure message bound, e.g. for exports)."""
+        policy = oversize_policy(oversize)
+        tokens = (
+            None if max_tokens is None else positive(max_tokens, "max_tokens", MAX_TOKENS_LIMIT)
+        )
+        if max_messages is not None:
+            return positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES), tokens, policy
+        if tokens is None:
+            return DEFAULT_WINDOW_MESSAGES, self.settings.window_max_tokens, policy
+        return None, tokens, policy
+
+    def _token_budget(self, max_tokens: int | None, oversize: str) -> tuple[int | None, Oversize]:
+        """The budget of a cached window read: ``max_tokens`` or the setting."""
+        policy = oversize_policy(oversize)
+        if max_tokens is None:
+            return self.settings.window_max_tokens, policy
+        return positive(max_tokens, "max_tokens", MAX_TOKENS_LIMIT), policy
+
+    def _fitted(
+        self, app_id: str, window: Window, max_tokens: int | None, oversize: Oversize
+    ) -> Window:
+        """Apply the oversize policy to a token-bounded window and say when it applied."""
+        if max_tokens is None or not window.stats.oversize:
+            return window
+        window = fit_oversize(window, max_tokens, self._count, oversize)
+        logger.warning(
+            "memstore: the newest unit of app %r's window alone exceeds the token budget "
+            "(%s > %d tokens); the window is that unit alone%s",
+            app_id,
+            window.stats.tokens,
+            max_tokens,
+            f", {window.stats.truncated_results} result(s) truncated"
+            if window.stats.truncated_results
+            else "",
+        )
+        return window
+
+    def _budget_cached(
+        self, app_id: str, messages: list[Message], max_tokens: int | None, oversize: Oversize
+    ) -> Window | None:
+        """The token-bounded part of a cached window (``None`` without a budget)."""
+        if max_tokens is None:
+            return None
+        window = token_window(
+            messages,
+            max_tokens,
+            self._count,
+            start_at_user=self.settings.window_start_at_user,
+        )
+        return self._fitted(app_id, window, max_tokens, oversize)
+
+    def _rebuilt_part(self, window: Window) -> Window | None:
+        """Under ``window_max_tokens``, the part of a rebuilt window the cache keeps (its
+        newest whole units that fit); ``None`` without a budget."""
+        budget = self.settings.window_max_tokens
+        if budget is None or not window.messages:
+            return None
+        return token_window(
+            window.messages, budget, self._count, start_at_user=self.settings.window_start_at_user
+        )
+
+    def _counted(self, entries: Sequence[WindowEntry]) -> list[WindowEntry]:
+        """``entries`` with their token counts when windows have a token budget (the cache's
+        append trim needs them); counted before any write, so a failing counter writes
+        nothing."""
+        if self.settings.window_max_tokens is None:
+            return list(entries)
+        return [replace(entry, tokens=self._count(entry.message)) for entry in entries]
+
+    def _entries(self, messages: Sequence[Message]) -> list[WindowEntry]:
+        """Cache entries of a rebuilt window (with token counts under a budget)."""
+        if self.settings.window_max_tokens is None:
+            return [entry_for(m) for m in messages]
+        return [entry_for(m, self._count(m)) for m in messages]
 
     @staticmethod
     def _private_database(url: str, owns_engine: bool) -> bool:

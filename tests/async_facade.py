@@ -61,8 +61,8 @@ class SyncMemory:
         self._memory, self._run = memory, run
         self.app_id = memory.app_id
 
-    def messages(self) -> list[Message]:
-        return self._run(self._memory.messages())
+    def messages(self, max_tokens: int | None = None, *, oversize: str = "keep") -> list[Message]:
+        return self._run(self._memory.messages(max_tokens, oversize=oversize))
 
     def add(self, message: Any, user_id: str | None = None) -> int:
         return self._run(self._memory.add(message, user_id=user_id))
@@ -141,9 +141,19 @@ class SyncFacade:
         return self._run(self._store.append(app_id, messages, user_id=user_id))
 
     def load_window(
-        self, app_id: Any, max_messages: int = 50, *, start_at_user: bool | None = None
+        self,
+        app_id: Any,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        *,
+        start_at_user: bool | None = None,
+        oversize: str = "keep",
     ) -> list[Message]:
-        return self._run(self._store.load_window(app_id, max_messages, start_at_user=start_at_user))
+        return self._run(
+            self._store.load_window(
+                app_id, max_messages, max_tokens, start_at_user=start_at_user, oversize=oversize
+            )
+        )
 
     def memory(self, app_id: Any) -> SyncMemory:
         return SyncMemory(self._store.memory(app_id), self._run)

@@ -131,7 +131,7 @@ class StoreFactory:
         self._stores: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def __call__(self, **settings: Any) -> Any:
+    def __call__(self, token_counter: Any = None, **settings: Any) -> Any:
         settings.setdefault("worker_id", SESSION_WORKER_ID)
         config = Settings(
             database_url=self.engine.url.render_as_string(hide_password=False), **settings
@@ -139,13 +139,18 @@ class StoreFactory:
         policy = WindowPolicy.from_settings(config)
         if self.flavor == "sync":
             store = MemoryStore(
-                config, engine=self.engine, cache=make_cache(self.cache_name, policy)
+                config,
+                engine=self.engine,
+                cache=make_cache(self.cache_name, policy),
+                token_counter=token_counter,
             )
             self._stores.append(store)
             return store
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        async_store = AsyncMemoryStore(config, cache=make_async_cache(self.cache_name, policy))
+        async_store = AsyncMemoryStore(
+            config, cache=make_async_cache(self.cache_name, policy), token_counter=token_counter
+        )
         facade = SyncFacade(async_store, self._loop, self.engine)
         self._stores.append(facade)
         return facade

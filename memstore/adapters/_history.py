@@ -262,8 +262,11 @@ def insert_messages(
     plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
     if not plan.id_count:
         return [], []
+    entries = store._counted(
+        plan.cache_entries
+    )  # before the insert: a failing counter writes nothing
     ids, _ = insert_plan(conn, app_id, plan, store._issue_ids)
-    return ids, list(plan.cache_entries)
+    return ids, entries
 
 
 # -- async keyset paging ---------------------------------------------------------------------------

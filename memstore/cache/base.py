@@ -11,6 +11,7 @@ from memstore.core.window import WindowEntry
 from memstore.messages import MESSAGE_LIST_ADAPTER, STORED, Message
 
 ID_SEPARATOR = "\x1f"
+TOKENS_SEPARATOR = "\x1d"
 HEADER_END = "\x1e"
 
 
@@ -21,6 +22,8 @@ class WindowPolicy:
     max_messages: int
     ttl_seconds: int
     start_at_user: bool = False
+    max_tokens: int | None = None
+    """Token budget the append trim keeps (entries carry their counts); ``None``: none."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WindowPolicy:
@@ -28,6 +31,7 @@ class WindowPolicy:
             max_messages=settings.window_size,
             ttl_seconds=settings.cache_ttl_seconds,
             start_at_user=settings.window_start_at_user,
+            max_tokens=settings.window_max_tokens,
         )
 
 
@@ -78,8 +82,10 @@ class WindowCache(Protocol):
 
 
 def encode_entry(entry: WindowEntry) -> bytes:
-    """``<kind><call ids joined by 0x1f><0x1e><message JSON>``, readable by the Lua scripts."""
-    header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + HEADER_END
+    """``<kind><call ids joined by 0x1f>[<0x1d><tokens>]<0x1e><message JSON>``, readable by the
+    Lua scripts (the token count only when it is not 0)."""
+    counted = f"{TOKENS_SEPARATOR}{entry.tokens}" if entry.tokens else ""
+    header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + counted + HEADER_END
     return header.encode("utf-8") + entry.message.model_dump_json().encode("utf-8")
 
 

@@ -147,6 +147,8 @@ class InProcessWindowCache:
                 [e.kind for e in slot.entries],
                 self._policy.max_messages,
                 start_at_user=self._policy.start_at_user,
+                tokens=[e.tokens for e in slot.entries],
+                max_tokens=self._policy.max_tokens,
             )
             if drop >= len(slot.entries):
                 del self._slots[app_id]

@@ -52,6 +52,7 @@ def append_args(policy: WindowPolicy, entries: Sequence[WindowEntry]) -> list[An
         policy.ttl_seconds,
         policy.max_messages,
         "1" if policy.start_at_user else "0",
+        policy.max_tokens or 0,
         *(encode_entry(entry) for entry in entries),
     ]
 

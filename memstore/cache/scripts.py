@@ -2,7 +2,8 @@
 
 They implement the same rules as :func:`memstore.core.window.eviction_count` and
 :func:`memstore.core.window.can_append_result` (a test runs both on random windows).
-Entries are ``<kind><ids><0x1e><json>`` (see :func:`memstore.cache.base.encode_entry`).
+Entries are ``<kind><ids>[<0x1d><tokens>]<0x1e><json>`` (see
+:func:`memstore.cache.base.encode_entry`).
 KEYS are always ``window, interrupted, version`` of one app.
 """
 
@@ -15,7 +16,17 @@ redis.call('EXPIRE', KEYS[3], ttl)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local function header(e)
   local sep = string.find(e, '\30', 1, true)
-  return string.sub(e, 2, sep - 1)
+  local h = string.sub(e, 2, sep - 1)
+  local t = string.find(h, '\29', 1, true)
+  if t then return string.sub(h, 1, t - 1) end
+  return h
+end
+local function entry_tokens(e)
+  local sep = string.find(e, '\30', 1, true)
+  local h = string.sub(e, 2, sep - 1)
+  local t = string.find(h, '\29', 1, true)
+  if t then return tonumber(string.sub(h, t + 1)) or 0 end
+  return 0
 end
 local function requested(ids, id)
   for part in string.gmatch(ids, '[^\31]+') do
@@ -27,7 +38,7 @@ local function invalidate()
   redis.call('DEL', KEYS[1], KEYS[2])
   return -1
 end
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local e = ARGV[i]
   if string.sub(e, 1, 1) == 'T' then
     local id = header(e)
@@ -85,6 +96,24 @@ if drop < 0 then drop = 0 end
 while drop > 0 and drop < len and string.sub(redis.call('LINDEX', KEYS[1], drop), 1, 1) == 'T' do
   drop = drop - 1
 end
+local budget = tonumber(ARGV[4])
+if budget > 0 and len > 0 then
+  local items = redis.call('LRANGE', KEYS[1], 0, -1)
+  local total = 0
+  local start = len
+  local i = len - 1
+  while i >= 0 do
+    local j = i
+    while j > 0 and string.sub(items[j + 1], 1, 1) == 'T' do j = j - 1 end
+    local cost = 0
+    for k = j, i do cost = cost + entry_tokens(items[k + 1]) end
+    if start < len and total + cost > budget then break end
+    total = total + cost
+    start = j
+    i = j - 1
+  end
+  if start > drop then drop = start end
+end
 if ARGV[3] == '1' then
   while drop < len and string.sub(redis.call('LINDEX', KEYS[1], drop), 1, 1) ~= 'U' do
     drop = drop + 1
@@ -96,7 +125,8 @@ redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
 return 1
 """
-"""ARGV: ttl, max messages, start_at_user ('1'/'0'), entries... Returns 1 appended,
+"""ARGV: ttl, max messages, start_at_user ('1'/'0'), max tokens (0: none), entries...
+Returns 1 appended,
 0 no window cached (left missing on purpose), -1 window dropped for a rebuild."""
 
 STORE = r"""

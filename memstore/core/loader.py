@@ -14,11 +14,17 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from memstore.core.window import StoredMessage, Window, select_window
+from memstore.messages import Message
 
 LOOKAHEAD_ROWS = 32
 """Rows read beyond the window size, so most tool groups at the edge need no second query."""
 WIDEN_LIMIT_ROWS = 1024
 """Most older rows the one extra query may read to find the request of a result at the edge."""
+TOKENS_PER_ROW_GUESS = 16
+"""For a token budget, the first read assumes messages of at least this many tokens; when
+they are smaller, older rows are read in growing bounded pages until the budget is full."""
+TOKEN_WINDOW_MAX_MESSAGES = 100_000
+"""The message bound of a token-bounded window given no ``max_messages``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +39,32 @@ WindowSteps = Generator[RowRequest, list[StoredMessage], Window]
 
 
 def window_steps(
-    max_messages: int,
+    max_messages: int | None,
     *,
     start_at_user: bool,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[Message], int] | None = None,
     lookahead: int = LOOKAHEAD_ROWS,
     widen_limit: int = WIDEN_LIMIT_ROWS,
 ) -> WindowSteps:
-    """Yield the row reads the window needs (chronological rows are sent back); return it."""
+    """Yield the row reads the window needs (chronological rows are sent back); return it.
+
+    ``max_messages=None`` needs ``max_tokens`` (the window is then bounded by
+    :data:`TOKEN_WINDOW_MAX_MESSAGES` messages).
+    """
+    if max_tokens is not None:
+        return (
+            yield from _token_steps(
+                max_messages,
+                max_tokens,
+                count_tokens,
+                start_at_user=start_at_user,
+                lookahead=lookahead,
+                widen_limit=widen_limit,
+            )
+        )
+    if max_messages is None:
+        raise ValueError("a window needs max_messages or max_tokens")
     first = RowRequest(max_messages + lookahead)
     rows = yield first
     window = select_window(
@@ -51,6 +76,47 @@ def window_steps(
             older + rows, max_messages, start_at_user=start_at_user, history_complete=True
         )
     return window
+
+
+def _token_steps(
+    max_messages: int | None,
+    max_tokens: int,
+    count_tokens: Callable[[Message], int] | None,
+    *,
+    start_at_user: bool,
+    lookahead: int,
+    widen_limit: int,
+) -> WindowSteps:
+    """One read sized for the budget in the common case; older pages (each bounded, growing)
+    while the budget is not full and rows remain, up to the message bound."""
+    target = TOKEN_WINDOW_MAX_MESSAGES if max_messages is None else max_messages
+    cap = target + lookahead
+    guess = max(1, -(-max_tokens // TOKENS_PER_ROW_GUESS))
+    limit = min(target, guess) + lookahead
+    rows = yield RowRequest(limit)
+    complete = len(rows) < limit
+
+    def select(history_complete: bool) -> Window:
+        return select_window(
+            rows,
+            target,
+            start_at_user=start_at_user,
+            history_complete=history_complete,
+            max_tokens=max_tokens,
+            count_tokens=count_tokens,
+        )
+
+    while True:
+        window = select(complete)
+        if complete or not window.needs_older_rows or not rows:
+            return window
+        if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
+            rows = (yield RowRequest(widen_limit, before_id=rows[0].id)) + rows
+            return select(True)
+        size = min(max(len(rows), widen_limit), cap - len(rows))
+        older = yield RowRequest(size, before_id=rows[0].id)
+        complete = len(older) < size
+        rows = older + rows
 
 
 def run_steps(steps: WindowSteps, fetch: Callable[[RowRequest], list[StoredMessage]]) -> Window:

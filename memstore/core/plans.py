@@ -137,7 +137,11 @@ def history_page(limit: int, before_id: int | None) -> int:
     return page
 
 
-def reload_report(app_id: str, window: Window, cached: bool) -> ReloadReport:
+def reload_report(
+    app_id: str, window: Window, cached: bool, budgeted: Window | None = None
+) -> ReloadReport:
+    """The report of a rebuild; ``budgeted`` is the token-bounded part of the rebuilt window
+    that reads serve when a token budget is set."""
     return ReloadReport(
         app_id=app_id,
         messages=len(window.messages),
@@ -145,6 +149,9 @@ def reload_report(app_id: str, window: Window, cached: bool) -> ReloadReport:
         interrupted_answered=window.stats.interrupted_answered,
         orphans_skipped=window.stats.orphans_skipped,
         cached=cached,
+        tokens=None if budgeted is None else budgeted.stats.tokens,
+        budget_messages=None if budgeted is None else len(budgeted.messages),
+        oversize=False if budgeted is None else budgeted.stats.oversize,
     )
 
 

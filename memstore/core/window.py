@@ -20,7 +20,7 @@ Guarantees of every returned window, whatever the rows hold:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
@@ -52,6 +52,13 @@ class WindowStats:
     """Results whose request does not exist, left out."""
     duplicate_results_skipped: int = 0
     """Second and later results for an already answered call id, left out."""
+    tokens: int | None = None
+    """Tokens of the window by the store's counter, when a token budget applied."""
+    oversize: bool = False
+    """The newest unit (a tool group or one message) alone exceeded the token budget, so the
+    window is that unit alone."""
+    truncated_results: int = 0
+    """Results of an oversized group cut to fit (``oversize="truncate-results"``)."""
 
 
 @dataclass(slots=True)
@@ -141,6 +148,8 @@ def select_window(
     *,
     start_at_user: bool = False,
     history_complete: bool = True,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[Message], int] | None = None,
 ) -> Window:
     """Choose the newest ``max_messages`` messages of ``rows`` (chronological) with the edge check.
 
@@ -150,15 +159,25 @@ def select_window(
     window, or rows too few to fill the window, set ``needs_older_rows`` and the caller should
     retry with older rows prepended. The window may exceed ``max_messages`` by the size of its
     oldest tool group; it starts after a group whose call id a newer group reuses.
+
+    With ``max_tokens`` (and ``count_tokens``, the per-message count), the window also holds
+    only the newest whole units whose counts sum to at most ``max_tokens``: the first unit
+    that does not fit ends it (no older unit is taken past it, so the window stays a
+    suffix). A unit that does not fit alone while the window is empty is taken alone (a
+    window is never empty) and ``stats.oversize`` says so. A tool group counts with the
+    synthetic results that answer its unanswered requests.
     """
     if max_messages < 1:
         raise ValueError("max_messages must be at least 1")
+    if max_tokens is not None and (max_tokens < 1 or count_tokens is None):
+        raise ValueError("max_tokens must be at least 1 and needs count_tokens")
     stats = WindowStats()
     units = _assemble(rows, stats)
 
     chosen: list[_Unit] = []
     chosen_call_ids: set[str] = set()
     total = 0
+    tokens = 0
     needs_older = False
     for unit, unresolved in reversed(units):
         if total >= max_messages:
@@ -173,6 +192,13 @@ def select_window(
             if not call_ids.isdisjoint(chosen_call_ids):
                 break  # a newer group reuses a call id; providers reject duplicate ids
             chosen_call_ids |= call_ids
+        if max_tokens is not None and count_tokens is not None:
+            cost = _unit_tokens(unit, count_tokens)
+            if chosen and tokens + cost > max_tokens:
+                break  # the budget is full: older units would leave a gap
+            if not chosen and cost > max_tokens:
+                stats.oversize = True
+            tokens += cost
         size = _unit_size(unit)
         if total + size > max_messages:
             stats.widened_groups += 1
@@ -198,7 +224,34 @@ def select_window(
             stats.interrupted_answered += len(synthetic) - before
         else:
             messages.append(unit)
+    if max_tokens is not None and count_tokens is not None:
+        stats.tokens = sum(count_tokens(m) for m in messages)
     return Window(messages, stats, needs_older, synthetic)
+
+
+def _unit_tokens(unit: _Unit, count_tokens: Callable[[Message], int]) -> int:
+    if isinstance(unit, _Group):
+        return sum(count_tokens(m) for m in unit.messages([]))
+    return count_tokens(unit)
+
+
+def token_window(
+    messages: Sequence[Message],
+    max_tokens: int,
+    count_tokens: Callable[[Message], int],
+    *,
+    start_at_user: bool = False,
+) -> Window:
+    """The newest whole units of an already edge-checked window (a cached one) that fit
+    ``max_tokens``, by the rules of :func:`select_window`."""
+    rows = [StoredMessage(index + 1, message) for index, message in enumerate(messages)]
+    return select_window(
+        rows,
+        max(1, len(rows)),
+        start_at_user=start_at_user,
+        max_tokens=max_tokens,
+        count_tokens=count_tokens,
+    )
 
 
 # --- cache windows ---------------------------------------------------------------------------
@@ -219,33 +272,67 @@ class WindowEntry:
     kind: str
     call_ids: tuple[str, ...]
     message: Message
+    tokens: int = 0
+    """The message's token count (0 when the cache has no token budget)."""
 
 
-def entry_for(message: Message) -> WindowEntry:
+def entry_for(message: Message, tokens: int = 0) -> WindowEntry:
     """Classify ``message`` for a cached window."""
     if isinstance(message, ToolResult):
-        return WindowEntry(KIND_RESULT, (message.id,), message)
+        return WindowEntry(KIND_RESULT, (message.id,), message, tokens)
     if isinstance(message, AiMessage):
         if message.tool_requests:
-            return WindowEntry(KIND_REQUEST, tuple(c.id for c in message.tool_requests), message)
-        return WindowEntry(KIND_AI, (), message)
+            ids = tuple(c.id for c in message.tool_requests)
+            return WindowEntry(KIND_REQUEST, ids, message, tokens)
+        return WindowEntry(KIND_AI, (), message, tokens)
     if isinstance(message, SystemMessage):
-        return WindowEntry(KIND_SYSTEM, (), message)
-    return WindowEntry(KIND_USER, (), message)
+        return WindowEntry(KIND_SYSTEM, (), message, tokens)
+    return WindowEntry(KIND_USER, (), message, tokens)
 
 
-def eviction_count(kinds: Sequence[str], max_messages: int, *, start_at_user: bool) -> int:
+def token_drop(kinds: Sequence[str], tokens: Sequence[int], max_tokens: int) -> int:
+    """How many entries to drop from the front so the rest are the newest whole units (a
+    message, or a request with the results after it) whose tokens fit ``max_tokens``; the
+    newest unit is kept even when it alone does not fit (as :func:`select_window`)."""
+    start = len(kinds)
+    total = 0
+    index = len(kinds) - 1
+    while index >= 0:
+        first = index
+        while first > 0 and kinds[first] == KIND_RESULT:
+            first -= 1
+        cost = sum(tokens[first : index + 1])
+        if start < len(kinds) and total + cost > max_tokens:
+            break
+        total += cost
+        start = first
+        index = first - 1
+    return start
+
+
+def eviction_count(
+    kinds: Sequence[str],
+    max_messages: int,
+    *,
+    start_at_user: bool,
+    tokens: Sequence[int] | None = None,
+    max_tokens: int | None = None,
+) -> int:
     """How many entries to drop from the front of a cached window after an append.
 
     The same rule as :func:`select_window`: keep the newest ``max_messages`` entries, and when
     the oldest kept entry is a tool result, keep its whole group (the window may exceed the
     limit by that group). A group is evicted whole or not at all, so the window never starts
-    with a result, and a rebuild from SQL yields the same window. With ``start_at_user`` the
-    window then starts at its first user message.
+    with a result, and a rebuild from SQL yields the same window. With ``max_tokens`` (and
+    each entry's ``tokens``) the window also keeps only the newest whole units that fit
+    (:func:`token_drop`). With ``start_at_user`` the window then starts at its first user
+    message.
     """
     drop = max(0, len(kinds) - max_messages)
     while 0 < drop < len(kinds) and kinds[drop] == KIND_RESULT:
         drop -= 1
+    if max_tokens is not None and tokens is not None and kinds:
+        drop = max(drop, token_drop(kinds, tokens, max_tokens))
     if start_at_user:
         while drop < len(kinds) and kinds[drop] != KIND_USER:
             drop += 1

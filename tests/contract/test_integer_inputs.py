@@ -27,7 +27,14 @@ from memstore.guard import Budgets, LoopGuard
 
 OUT_OF_RANGE = [2**63, 2**64, 10**30, 10**5000, -1, -(2**63) - 1, True, False, 1.0, "5", 0]
 """Bad for every entry point below."""
-NONE_MEANS_DEFAULT = {"reload(max_messages)", "history(before_id)", "LoopGuard(history_rows)"}
+NONE_MEANS_DEFAULT = {
+    "load_window(max_messages)",
+    "load_window(max_tokens)",
+    "messages(max_tokens)",
+    "reload(max_messages)",
+    "history(before_id)",
+    "LoopGuard(history_rows)",
+}
 
 
 def value_id(value: object) -> str:
@@ -39,6 +46,8 @@ def value_id(value: object) -> str:
 # name -> call(store, app, value); every one takes a positive bounded integer
 STORE_ENTRY_POINTS: dict[str, Callable[[Any, str, Any], object]] = {
     "load_window(max_messages)": lambda s, app, v: s.load_window(app, v),
+    "load_window(max_tokens)": lambda s, app, v: s.load_window(app, max_tokens=v),
+    "messages(max_tokens)": lambda s, app, v: s.memory(app).messages(max_tokens=v),
     "reload(max_messages)": lambda s, app, v: s.reload(app, v),
     "history(limit)": lambda s, app, v: s.history(app, limit=v),
     "history(before_id)": lambda s, app, v: s.history(app, before_id=v),
@@ -50,6 +59,7 @@ GUARD_ENTRY_POINTS: dict[str, Callable[[Any, str, Any], object]] = {
 }
 SETTINGS_INTS = [
     "window_size",
+    "window_max_tokens",
     "reload_max",
     "cache_ttl_seconds",
     "worker_id",

@@ -34,7 +34,14 @@ from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache
-from memstore.core.window import StoredMessage, entry_for, is_synthetic, select_window
+from memstore.core.tokens import approximate_tokens
+from memstore.core.window import (
+    StoredMessage,
+    WindowEntry,
+    entry_for,
+    is_synthetic,
+    select_window,
+)
 from memstore.messages import (
     AiMessage,
     Message,
@@ -114,7 +121,15 @@ policies = st.builds(
     max_messages=st.integers(1, 3) | st.integers(1, 8),  # small windows trim more
     ttl_seconds=st.just(3600),
     start_at_user=st.booleans(),
+    max_tokens=st.none() | st.integers(1, 60),
 )
+
+
+def counted(message: Message) -> WindowEntry:
+    """An entry with its token count, as a store with a token budget makes it."""
+    return entry_for(message, approximate_tokens(message))
+
+
 OPERATIONS = ["append"] * 4 + ["late_result", "reused_id", "store", "invalidate"]
 WHEN_MISSING = ["store"] * 3 + ["append", "late_result", "invalidate"]
 
@@ -156,7 +171,7 @@ def test_lua_scripts_and_in_process_cache_agree(
             while len(pending) < count:  # a batch may span chunks
                 pending += data.draw(chunks(ids), label=f"{step}: next chunk")
             batch, pending = pending[:count], pending[count:]
-            entries = [entry_for(message) for message in batch]
+            entries = [counted(message) for message in batch]
             in_redis.append(app_id, entries)
             in_process.append(app_id, entries)
         elif operation in ("late_result", "reused_id"):
@@ -180,7 +195,7 @@ def test_lua_scripts_and_in_process_cache_agree(
                     text=None,
                     tool_requests=[ToolRequest(id=i, name="read", arguments="{}") for i in calls],
                 )
-            entries = [entry_for(message)]
+            entries = [counted(message)]
             in_redis.append(app_id, entries)
             in_process.append(app_id, entries)
         elif operation == "store":
@@ -211,10 +226,10 @@ def test_lua_scripts_and_in_process_cache_agree(
             )
             raced = data.draw(st.integers(0, 3), label=f"{step}: a write races it") == 0
             if raced:
-                racing = [entry_for(m) for m in data.draw(chunks(ids), label=f"{step}: write")]
+                racing = [counted(m) for m in data.draw(chunks(ids), label=f"{step}: write")]
                 in_redis.append(app_id, racing)
                 in_process.append(app_id, racing)
-            entries = [entry_for(message) for message in window.messages]
+            entries = [counted(message) for message in window.messages]
             stored = in_redis.store(app_id, entries, window.synthetic_call_ids, redis_read.version)
             assert stored == in_process.store(
                 app_id, entries, window.synthetic_call_ids, process_read.version

@@ -255,7 +255,11 @@ def insert_messages(
 ) -> tuple[list[int], list[Any]]:
     """Insert ``batch`` (both histories) in the caller's transaction, after
     :func:`resolve_results`; return the row ids and the entries for the cached window (to
-    append once the transaction committed)."""
+    append once the transaction committed).
+
+    Call ``store._ensure_lease()`` before opening the transaction: claiming or renewing a
+    leased worker id needs its own connection, which would wait on this transaction's locks.
+    """
     wanted = unanswered_in_batch(batch)
     stored = _requested_tools(conn, app_id, wanted) if wanted else {}
     resolved = resolve_results(batch, stored)

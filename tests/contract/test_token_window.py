@@ -189,6 +189,7 @@ def test_adapter_writes_carry_token_counts(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'a.db'}", window_max_tokens=100)
     with MemoryStore(settings, token_counter=ten) as store:
         store.migrate()
+        store._ensure_lease()  # as the adapters do: never claim a lease inside a transaction
         with store.engine.begin() as conn:
             _, entries = insert_messages(conn, store, "app-a", [UserMessage(text="hi")], None)
         assert [entry.tokens for entry in entries] == [10]

@@ -65,7 +65,7 @@ from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group
-from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
+from memstore.errors import IdCollisionError, StorageError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
@@ -182,15 +182,10 @@ class AsyncMemoryStore(StoreBase):
                         self.engine, lease.worker_id, lease.epoch, ttl, self._last_issued_ms()
                     )
                 except StorageError as error:
-                    raise WorkerLeaseLostError(
-                        f"worker id {lease.worker_id}: the lease may have lapsed and could not "
-                        f"be renewed ({error.kind or 'database error'}); no id was issued"
-                    ) from error
-                if kept:
-                    self._lease = lease.renewed(sent_at)
-                    assert self._ids is not None
-                    return self._ids
-                self._lease = None  # another process holds the id now: lease another one
+                    raise self._lease_lost(lease, error) from error
+                generator = self._renewed_before_issuing(lease, kept, sent_at)
+                if generator is not None:
+                    return generator
             sent_at = time.monotonic()
             claimed = await sql_leases.aclaim(self.engine, ttl)
             with self._lease_lock:
@@ -220,12 +215,7 @@ class AsyncMemoryStore(StoreBase):
             except StorageError as error:
                 logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
                 continue
-            current = self._lease
-            if current is not None and (current.worker_id, current.epoch) == (
-                lease.worker_id,
-                lease.epoch,
-            ):
-                self._lease = current.renewed(sent_at) if kept else None
+            self._apply_background_renewal(lease, kept, sent_at)
 
     async def _release_lease(self) -> None:
         task, self._heartbeat = self._heartbeat, None

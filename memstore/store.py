@@ -59,7 +59,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group
-from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
+from memstore.errors import IdCollisionError, StorageError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
@@ -173,15 +173,10 @@ class MemoryStore(StoreBase):
                         self.engine, lease.worker_id, lease.epoch, ttl, self._last_issued_ms()
                     )
                 except StorageError as error:
-                    raise WorkerLeaseLostError(
-                        f"worker id {lease.worker_id}: the lease may have lapsed and could not "
-                        f"be renewed ({error.kind or 'database error'}); no id was issued"
-                    ) from error
-                if kept:
-                    self._lease = lease.renewed(sent_at)
-                    assert self._ids is not None
-                    return self._ids
-                self._lease = None  # another process holds the id now: lease another one
+                    raise self._lease_lost(lease, error) from error
+                generator = self._renewed_before_issuing(lease, kept, sent_at)
+                if generator is not None:
+                    return generator
             sent_at = time.monotonic()
             claimed = sql_leases.claim(self.engine, ttl)
             self._take_lease(claimed.worker_id, claimed.epoch, claimed.last_ms, sent_at)
@@ -220,13 +215,7 @@ class MemoryStore(StoreBase):
         except StorageError as error:
             logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
             return
-        with self._lease_lock:
-            current = self._lease
-            if current is not None and (current.worker_id, current.epoch) == (
-                lease.worker_id,
-                lease.epoch,
-            ):
-                self._lease = current.renewed(sent_at) if kept else None
+        self._apply_background_renewal(lease, kept, sent_at)
 
     def _release_lease(self) -> None:
         self._stop_heartbeat.set()

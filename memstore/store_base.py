@@ -30,7 +30,7 @@ from memstore.core.tokens import (
     oversize_policy,
 )
 from memstore.core.window import Window, WindowEntry, entry_for, token_window
-from memstore.errors import IdCollisionError, WorkerLeaseLostError
+from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
 
@@ -113,6 +113,37 @@ class StoreBase:
 
     def _last_issued_ms(self) -> int:
         return 0 if self._ids is None else self._ids.last_ms
+
+    def _renewed_before_issuing(
+        self, lease: HeldLease, kept: bool, sent_at: float
+    ) -> SnowflakeGenerator | None:
+        """Apply a renewal made before issuing ids: the generator when ``lease`` was kept,
+        else ``None`` (another process holds the id now: lease another one)."""
+        if not kept:
+            self._lease = None
+            return None
+        self._lease = lease.renewed(sent_at)
+        assert self._ids is not None
+        return self._ids
+
+    @staticmethod
+    def _lease_lost(lease: HeldLease, error: StorageError) -> WorkerLeaseLostError:
+        """The error when a lease that may have lapsed could not be renewed."""
+        return WorkerLeaseLostError(
+            f"worker id {lease.worker_id}: the lease may have lapsed and could not "
+            f"be renewed ({error.kind or 'database error'}); no id was issued"
+        )
+
+    def _apply_background_renewal(self, lease: HeldLease, kept: bool, sent_at: float) -> None:
+        """Apply a heartbeat's renewal of ``lease``, unless the store holds another lease by
+        now; a lease another process claimed meanwhile is forgotten."""
+        with self._lease_lock:
+            current = self._lease
+            if current is not None and (current.worker_id, current.epoch) == (
+                lease.worker_id,
+                lease.epoch,
+            ):
+                self._lease = current.renewed(sent_at) if kept else None
 
     @classmethod
     def from_env(cls: type[StoreT], **overrides: Any) -> StoreT:

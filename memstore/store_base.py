@@ -33,6 +33,7 @@ from memstore.core.window import Window, WindowEntry, entry_for, token_window
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
+from memstore.metrics import Metrics
 
 logger = logging.getLogger("memstore")
 
@@ -72,6 +73,11 @@ class StoreBase:
         self._lease_lock = threading.Lock()
         self._formatters: dict[str, ToolFormatter] = {}
         self._closed = False
+        self._metrics = Metrics()
+
+    def metrics(self) -> dict[str, int]:
+        """A plain snapshot of this store's counters (see :data:`memstore.metrics.COUNTERS`)."""
+        return self._metrics.snapshot()
 
     @property
     def worker_id(self) -> int | None:

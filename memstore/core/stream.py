@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import re
-import reprlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,15 +77,12 @@ ANTHROPIC_TYPES = frozenset(
     }
 )
 _ANTHROPIC_IGNORED_DELTAS = frozenset({"thinking_delta", "signature_delta", "citations_delta"})
-_CHUNK_REPR_CHARS = 200
+_SHOWN_FIELDS = 12
+_FIELD_NAME_CHARS = 40
 FAILED_MARK = "[failed]"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _NOT_RECORDS = (str, bytes, bytearray, int, float, list, tuple, set, frozenset, type(None))
-_REPR = reprlib.Repr()
-_REPR.maxlevel = 4
-_REPR.maxstring = 60
-_REPR.maxother = 60
 
 
 def _join(parts: Sequence[str]) -> str:
@@ -106,11 +102,39 @@ def _reject_constant(name: str) -> object:
 
 
 def _describe_chunk(chunk: object) -> str:
-    try:
-        text = _REPR.repr(chunk)  # depth- and size-bounded, whatever the chunk
-    except Exception:
-        text = f"<{type(chunk).__name__}>"
-    return text if len(text) <= _CHUNK_REPR_CHARS else text[: _CHUNK_REPR_CHARS - 1] + "…"
+    """The chunk's shape (its type, its field names, its length), never its values: a chunk
+    carries chat text, and errors never do."""
+    if isinstance(chunk, (str, bytes, bytearray)):
+        return f"a {type(chunk).__name__} of {len(chunk)} characters"
+    if isinstance(chunk, Mapping):
+        names = [key for key in chunk if _is_field_name(key)]
+        shown = ", ".join(sorted(names)[:_SHOWN_FIELDS])
+        more = len(chunk) - min(len(names), _SHOWN_FIELDS)
+        tail = f" and {more} more" if more > 0 else ""
+        return f"a {type(chunk).__name__} with fields [{shown}]{tail}"
+    if isinstance(chunk, (list, tuple)):
+        return f"a {type(chunk).__name__} of {len(chunk)} items"
+    return f"a {type(chunk).__name__}"
+
+
+def _got(value: object) -> str:
+    """A wrong-typed argument for an error message: small scalars as they are, else the type."""
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)[:24]
+    if isinstance(value, str):
+        return "an empty str" if not value else f"a str of {len(value)} characters"
+    return f"a {type(value).__name__}"
+
+
+def _is_field_name(key: object) -> bool:
+    return isinstance(key, str) and len(key) <= _FIELD_NAME_CHARS and key.isidentifier()
+
+
+def _describe_kind(kind: object) -> str:
+    """A chunk's ``type`` value when it looks like a protocol name, else only its length."""
+    if _is_field_name(kind):
+        return repr(kind)
+    return f"<a {type(kind).__name__} of {len(kind)} characters>" if isinstance(kind, str) else "?"
 
 
 def _get(obj: object, key: str) -> Any:
@@ -209,14 +233,14 @@ class _Call:
             value = json.loads(arguments, parse_constant=_reject_constant)
         except ValueError as error:
             raise IncompleteToolCallError(
-                f"arguments of {where} are incomplete or not valid JSON ({error}): "
-                f"{arguments[:80]!r}",
+                f"arguments of {where} are incomplete or not valid JSON "
+                f"({len(arguments)} characters, {type(error).__name__})",
                 index=self.index,
                 call_id=self.id,
             ) from error
         if not isinstance(value, dict):
             raise IncompleteToolCallError(
-                f"arguments of {where} are JSON but not an object: {arguments[:80]!r}",
+                f"arguments of {where} are JSON but not an object ({type(value).__name__})",
                 index=self.index,
                 call_id=self.id,
             )
@@ -415,9 +439,9 @@ class StreamAssembler:
     ) -> None:
         """One fragment of a streamed tool call. A new id at a used index starts a new call."""
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise StreamProtocolError(f"a tool call index must be an int >= 0, got {index!r}")
+            raise StreamProtocolError(f"a tool call index must be an int >= 0, got {_got(index)}")
         if id is not None and (not isinstance(id, str) or not id):
-            raise StreamProtocolError(f"a tool call id must be a non-empty str, got {id!r}")
+            raise StreamProtocolError(f"a tool call id must be a non-empty str, got {_got(id)}")
         for label, value in (("name", name), ("arguments", arguments)):
             if value is not None and not isinstance(value, str):
                 raise StreamProtocolError(
@@ -488,15 +512,15 @@ class StreamAssembler:
         :func:`fit_tool_result` makes it (marked; never a silent change).
         """
         if not isinstance(id, str) or not id:
-            raise StreamProtocolError(f"a tool call id must be a non-empty str, got {id!r}")
+            raise StreamProtocolError(f"a tool call id must be a non-empty str, got {_got(id)}")
         if not isinstance(result, str):
             raise StreamProtocolError(
                 f"the result of tool call {id!r} must be a str, got {type(result).__name__}"
             )
         if not isinstance(is_error, bool):
-            raise StreamProtocolError(f"is_error must be a bool, got {is_error!r}")
+            raise StreamProtocolError(f"is_error must be a bool, got {_got(is_error)}")
         if not isinstance(truncate, bool):
-            raise StreamProtocolError(f"truncate must be a bool, got {truncate!r}")
+            raise StreamProtocolError(f"truncate must be a bool, got {_got(truncate)}")
         current = self._open()
         if id in self._s.answered:
             raise StreamProtocolError(f"the result of tool call {id!r} was already reported")
@@ -629,7 +653,9 @@ class StreamAssembler:
         elif kind in ANTHROPIC_TYPES:
             ops = self._anthropic_ops(chunk, kind)
         else:
-            raise StreamProtocolError(f"unknown chunk (type {kind!r}): {_describe_chunk(chunk)}")
+            raise StreamProtocolError(
+                f"unknown chunk (type {_describe_kind(kind)}): {_describe_chunk(chunk)}"
+            )
         if len(ops) <= 1:
             return any([self._apply(op) for op in ops])
         # all or nothing, at the chunk's cost: each change logs its undo step
@@ -679,7 +705,7 @@ class StreamAssembler:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._malformed(chunk, f"{key} must be an int >= 0, got {value!r}")
+            raise self._malformed(chunk, f"{key} must be an int >= 0, got {_got(value)}")
         return value
 
     def _record_field(self, chunk: object, obj: object, key: str, *, required: bool) -> Any:
@@ -760,7 +786,7 @@ class StreamAssembler:
         if is_error is None:
             is_error = False
         elif not isinstance(is_error, bool):
-            raise self._malformed(chunk, f"is_error must be a bool, got {is_error!r}")
+            raise self._malformed(chunk, f"is_error must be a bool, got {_got(is_error)}")
         ops: list[tuple[Any, ...]] = []
         if (
             existing is None
@@ -779,8 +805,10 @@ class StreamAssembler:
             return []
         if kind == "error":
             error = _get(chunk, "error")
-            message = _get(error, "message") if _is_record(error) else None
-            raise StreamProtocolError(f"the provider reported an error: {_describe_chunk(message)}")
+            error_type = _get(error, "type") if _is_record(error) else None
+            raise StreamProtocolError(
+                f"the provider reported an error in the stream (type {_describe_kind(error_type)})"
+            )
         index = self._index_field(chunk, chunk, "index")
         if index is None:
             raise self._malformed(chunk, "index must be an int >= 0")
@@ -797,7 +825,7 @@ class StreamAssembler:
                 return [("block", index, "tool_use"), ("delta", index, call_id, name, None)]
             if block_type in ("thinking", "redacted_thinking"):
                 return [("block", index, str(block_type))]
-            raise self._malformed(chunk, f"unknown content block type {block_type!r}")
+            raise self._malformed(chunk, f"unknown content block type {_describe_kind(block_type)}")
         if kind == "content_block_delta":
             delta = self._record_field(chunk, chunk, "delta", required=True)
             delta_type = self._str_field(chunk, delta, "type", required=True)
@@ -810,7 +838,7 @@ class StreamAssembler:
                 return [("delta", index, None, None, partial)]
             if delta_type in _ANTHROPIC_IGNORED_DELTAS:
                 return []
-            raise self._malformed(chunk, f"unknown delta type {delta_type!r}")
+            raise self._malformed(chunk, f"unknown delta type {_describe_kind(delta_type)}")
         # content_block_stop: a tool_use block without input deltas has the input {}
         if blocks.get(index) == "tool_use":
             call = self._s.current.slots.get(index)

@@ -65,7 +65,7 @@ from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group
-from memstore.errors import IdCollisionError, StorageError
+from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
@@ -262,6 +262,8 @@ class AsyncMemoryStore(StoreBase):
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
+            except WorkerLeaseLostError as error:  # lapsed inside the transaction: renew, retry
+                self._lease_lapsed(attempt, error)
         if self._local is not None and step is not None:
             # display-only writes raise the generation too: keep a current window current
             await self._local.append(app_id, cache_entries, before=step.before, after=step.after)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -105,8 +106,9 @@ class Settings(BaseModel):
     def _check_database_url(cls, value: str) -> str:
         try:
             url = make_url(value)
-        except ArgumentError as error:
-            raise ValueError(f"not a database URL: {value!r}") from error
+        except (ArgumentError, ValueError) as error:
+            # never the URL itself: it may carry a password
+            raise ValueError(f"not a database URL ({type(error).__name__})") from None
         backend = url.get_backend_name()
         if backend not in ("sqlite", "postgresql", "mysql", "mariadb"):
             raise ValueError(f"unsupported database {backend!r}: use sqlite, postgresql or mysql")
@@ -118,15 +120,23 @@ class Settings(BaseModel):
         if value is None or value == "":
             return None
         if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {value!r}")
+            raise ValueError("not a Redis URL (redis://, rediss:// or unix://)")
         return value
 
     def __init__(self, **data: Any) -> None:
+        details = None
         try:
             super().__init__(**data)
         except ValidationError as error:
             details = describe_validation_error(error)
-            raise ConfigurationError(f"invalid memstore settings: {details}") from error
+        if details is not None:
+            # raised outside the handler: the validation error quotes its input values (URLs
+            # with passwords), so it must not travel as this error's context
+            raise ConfigurationError(f"invalid memstore settings: {details}")
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name in _URL_FIELDS and value else value
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -139,6 +149,15 @@ class Settings(BaseModel):
                 values[name] = _coerce(name, raw.strip())
         values.update(overrides)
         return cls(**values)
+
+
+_URL_FIELDS = frozenset({"database_url", "redis_url"})
+_URL_PASSWORD = re.compile(r"(?P<user>//[^/@]*?:)[^@/]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for messages and reprs)."""
+    return _URL_PASSWORD.sub(r"\g<user>***@", url)
 
 
 def _coerce(name: str, raw: str) -> Any:

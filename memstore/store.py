@@ -59,7 +59,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group
-from memstore.errors import IdCollisionError, StorageError
+from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
@@ -184,9 +184,6 @@ class MemoryStore(StoreBase):
             assert self._ids is not None
             return self._ids
 
-    def _issue_ids(self, count: int, above: int) -> list[int]:
-        return self._ensure_lease().next_ids(count, above=above)
-
     def _start_heartbeat(self) -> None:
         if self._heartbeat is not None and self._heartbeat.is_alive():
             return
@@ -268,6 +265,8 @@ class MemoryStore(StoreBase):
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
+            except WorkerLeaseLostError as error:  # lapsed inside the transaction: renew, retry
+                self._lease_lapsed(attempt, error)
         if self._local is not None and step is not None:
             # display-only writes raise the generation too: keep a current window current
             self._local.append(app_id, cache_entries, before=step.before, after=step.after)

@@ -283,6 +283,14 @@ class StoreBase:
             )
         return generator.next_ids(count, above=above)
 
+    def _lease_lapsed(self, attempt: int, error: WorkerLeaseLostError) -> None:
+        """Called when the lease lapsed between renewing it and issuing ids (a pause inside
+        the write's transaction, which rolled back): retry, renewing first, or give up. Ids
+        are never issued, and a lease never renewed, inside a write's transaction."""
+        if attempt >= ID_COLLISION_RETRIES:
+            raise error
+        logger.warning("memstore: the worker-id lease lapsed during a write; renewing, retrying")
+
     def _id_collided(self, attempt: int, error: IdCollisionError) -> None:
         """Called when attempt ``attempt`` of a write hit a taken id: retry, or give up."""
         if attempt >= ID_COLLISION_RETRIES:

@@ -220,3 +220,44 @@ def test_fixed_worker_id_skips_the_lease(sqlite_url: str) -> None:
         report = store.health()
     assert report.ok
     assert report.lease.status == "skipped" and report.lease.detail == "fixed worker id 7: no lease"
+
+
+def test_reads_while_redis_is_down_are_misses_without_rebuilds(
+    flavor: str, sqlite_url: str, private_redis: RedisServer
+) -> None:
+    settings = Settings(
+        database_url=sqlite_url,
+        redis_url=private_redis.url,
+        redis_timeout_seconds=REDIS_TIMEOUT,
+        worker_id=5,
+    )
+
+    async def reads(store: Any) -> tuple[dict[str, int], dict[str, int]]:
+        memory = store.memory("health-down")
+        await store.append("health-down", [UserMessage(text="hi")])
+        await memory.messages()
+        await memory.messages()
+        up = store.metrics()
+        private_redis.stop()
+        await memory.messages()
+        return up, store.metrics()
+
+    if flavor == "sync":
+        with MemoryStore(settings) as sync_store:
+            memory = sync_store.memory("health-down")
+            sync_store.append("health-down", [UserMessage(text="hi")])
+            memory.messages()
+            memory.messages()
+            up = sync_store.metrics()
+            private_redis.stop()
+            assert memory.messages() == [UserMessage(text="hi")]  # from SQL
+            down = sync_store.metrics()
+    else:
+
+        async def run() -> tuple[dict[str, int], dict[str, int]]:
+            async with AsyncMemoryStore(settings) as store:
+                return await reads(store)
+
+        up, down = asyncio.run(run())
+    assert (up["cache_misses"], up["cache_rebuilds"], up["cache_hits"]) == (1, 1, 1)
+    assert (down["cache_misses"], down["cache_rebuilds"], down["cache_hits"]) == (2, 1, 1)

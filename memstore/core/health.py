@@ -48,17 +48,19 @@ def timed_out(seconds: float) -> HealthCheck:
 
 
 def schema_check(current: str | None, head: str | None, known: bool) -> HealthCheck:
-    """The schema is at this installation's head revision.
+    """The schema is at this installation's head revision, or past it.
 
-    ``known`` says whether ``current`` is a revision this installation ships (a newer memstore
-    may have migrated the database further).
+    ``known`` says whether ``current`` is a revision this installation ships. One it does not
+    know was written by a newer memstore: the upgrade procedure migrates before it restarts
+    the services, and memstore's migrations only add, so a process of the previous version
+    stays ready meanwhile (failing it would take every old replica out of service at once).
     """
     if current is None:
         return failed("not migrated: run `memstore migrate`")
     if current == head:
         return passed(f"at head {head}")
     if not known:
-        return failed(f"at revision {current}, unknown to this memstore (head {head})")
+        return passed(f"at revision {current}, newer than this memstore's head {head}")
     return failed(f"at revision {current}, head is {head}: run `memstore migrate`")
 
 

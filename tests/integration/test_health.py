@@ -18,9 +18,11 @@ from memstore.aio import AsyncMemoryStore
 from memstore.reports import HealthReport
 from memstore.sql import migrate
 from memstore.sql.engine import make_engine
+from memstore.sql.health import head_revision
 from tests.integration.conftest import RedisServer, free_port
 
 REDIS_TIMEOUT = 0.2
+HEAD = head_revision()
 
 
 def health(flavor: str, settings: Settings, timeout: float = 5.0) -> HealthReport:
@@ -107,12 +109,23 @@ def test_unmigrated_then_behind_then_at_head(flavor: str, scratch_database_url: 
         report = health(flavor, settings)
         assert report.migrations.status == "failed"
         assert report.migrations.detail is not None
-        assert report.migrations.detail.startswith("at revision 0005, head is 0006")
+        assert report.migrations.detail.startswith(f"at revision 0005, head is {HEAD}")
         migrate.upgrade(engine)
         report = health(flavor, settings)
         assert report.ok, report
         assert report.lease.status == "ok"  # none held yet: an id is free to claim
         assert report.lease.detail is not None and "no lease held yet" in report.lease.detail
+        with engine.begin() as conn:  # what a newer memstore's migration leaves
+            conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+        try:
+            report = health(flavor, settings)
+        finally:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{HEAD}'")
+        assert report.ok, report  # the previous version stays ready during an upgrade
+        assert (
+            report.migrations.detail == f"at revision 9999, newer than this memstore's head {HEAD}"
+        )
     finally:
         migrate.downgrade(engine, "base")
         engine.dispose()

@@ -38,6 +38,8 @@ from memstore.messages import (
 )
 from memstore.reports import (
     DisplayEntry,
+    HealthCheck,
+    HealthReport,
     ImportCounts,
     ImportReport,
     PruneReport,
@@ -66,6 +68,8 @@ __all__ = [
     "ConfigurationError",
     "DisplayEntry",
     "FormatConversionError",
+    "HealthCheck",
+    "HealthReport",
     "ImportCounts",
     "ImportRecordError",
     "ImportReport",

@@ -23,10 +23,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -34,6 +34,7 @@ from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache,
 from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
+from memstore.core import health
 from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.export import (
     AppCounts,
@@ -47,6 +48,7 @@ from memstore.core.export import (
     parse_record,
     requested_call_ids,
 )
+from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from memstore.core.inputs import (
     MAX_WINDOW_MESSAGES,
     normalize_app_id,
@@ -64,11 +66,19 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, answer_open_group
+from memstore.core.window import Window
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
-from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
+from memstore.reports import (
+    DisplayEntry,
+    HealthCheck,
+    HealthReport,
+    ImportReport,
+    PruneReport,
+    PurgeReport,
+    ReloadReport,
+)
 from memstore.sql import leases as sql_leases
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
 from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
@@ -80,6 +90,8 @@ from memstore.store_base import StoreBase
 
 logger = logging.getLogger("memstore")
 
+T = TypeVar("T")
+
 
 async def _run_steps(steps: WindowSteps, sql: AsyncSqlHistory, app_id: str) -> Window:
     try:
@@ -89,6 +101,16 @@ async def _run_steps(steps: WindowSteps, sql: AsyncSqlHistory, app_id: str) -> W
     except StopIteration as done:
         window: Window = done.value
         return window
+
+
+async def _bounded(probe: Awaitable[T], seconds: float) -> T | Exception | None:
+    """``probe``'s result or error; ``None`` (the probe cancelled) past ``seconds``."""
+    try:
+        return await asyncio.wait_for(probe, seconds)
+    except asyncio.TimeoutError:
+        return None
+    except Exception as error:
+        return error
 
 
 async def _apps_to_export(engine: AsyncEngine, apps: list[str] | None) -> AsyncIterator[str]:
@@ -161,6 +183,32 @@ class AsyncMemoryStore(StoreBase):
         with translated_errors("migrating"):
             async with self.engine.begin() as conn:
                 await conn.run_sync(migrations.upgrade_connection, revision)
+
+    async def health(self, timeout: float = DEFAULT_HEALTH_TIMEOUT_SECONDS) -> HealthReport:
+        """See :meth:`memstore.MemoryStore.health` (a probe past ``timeout`` is cancelled)."""
+        from memstore.sql import health as sql_health
+
+        seconds = self._health_timeout(timeout)
+        started = time.monotonic()
+        with_leases = self._lease_rows_needed()
+        database, cache = await asyncio.gather(
+            _bounded(sql_health.aprobe(self.engine, with_leases=with_leases), seconds),
+            _bounded(self._ping_cache(), seconds),
+        )
+        return self._health_report(started, seconds, database, cache)
+
+    async def _ping_cache(self) -> HealthCheck:
+        cache = self.cache
+        ping = getattr(cache, "ping", None)
+        if callable(ping):
+            answer = await ping()
+            return health.failed("PING failed") if answer is False else health.passed("PING")
+        if isinstance(cache, AsyncRedisWindowCache):
+            await cache.client.ping()
+            return health.passed("Redis answers PING")
+        if isinstance(cache, AsyncInProcessWindowCache):
+            return health.passed("in-process")
+        return health.skipped(f"no probe for {type(cache).__name__}")
 
     async def _ensure_lease(self) -> SnowflakeGenerator:
         """See :meth:`memstore.MemoryStore._ensure_lease`."""
@@ -294,7 +342,7 @@ class AsyncMemoryStore(StoreBase):
             max_tokens=tokens,
             count_tokens=self._count if tokens is not None else None,
         )
-        window = await _run_steps(steps, self._sql, app)
+        window = self._built(await _run_steps(steps, self._sql, app))
         return self._fitted(app, window, tokens, policy).messages
 
     def memory(self, app_id: str | int) -> AsyncChatMemory:
@@ -321,7 +369,7 @@ class AsyncMemoryStore(StoreBase):
         self, app_id: str, limit: int, version: str, generation: int | None
     ) -> tuple[list[Message], ReloadReport]:
         steps = window_steps(limit, start_at_user=self.settings.window_start_at_user)
-        window = await _run_steps(steps, self._sql, app_id)
+        window = self._built(await _run_steps(steps, self._sql, app_id))
         budgeted = self._rebuilt_part(window)
         entries = self._entries(window.messages if budgeted is None else budgeted.messages)
         if self._local is not None:
@@ -330,6 +378,7 @@ class AsyncMemoryStore(StoreBase):
             )
         else:
             cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)
+        self._rebuilt(cached)
         return window.messages, reload_report(app_id, window, cached, budgeted)
 
     async def history(
@@ -477,8 +526,9 @@ class AsyncChatMemory:
         budget, policy = self._store._token_budget(max_tokens, oversize)
         generation = await self._store._generation(self.app_id)
         cached = await self._store.cache.read(self.app_id)
-        if cached.messages is not None and cached.generation == generation:
-            messages = answer_open_group(cached.messages)
+        served = self._store._served(cached, generation)
+        if served is not None:
+            messages = served
         else:
             messages, _ = await self._store._rebuild(
                 self.app_id, self._store.settings.reload_max, cached.version, generation

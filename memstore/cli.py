@@ -542,6 +542,61 @@ def workers(show_all: bool, as_json: bool, database_url: str | None) -> None:
         click.echo(f"{item['worker_id']:>4}  {item['epoch']:>6}  {expires:>10}  {item['holder']}")
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True, max=3600),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the database and for the cache (probed at once).",
+)
+@click.option(
+    "--cache-optional",
+    is_flag=True,
+    help="Exit 0 when only the cache fails (the store serves from SQL meanwhile).",
+)
+@database_option
+@redis_option
+def health(
+    as_json: bool,
+    timeout: float,
+    cache_optional: bool,
+    database_url: str | None,
+    redis_url: str | None,
+) -> None:
+    """Check the database, its schema revision, the cache and the worker-id lease, for a
+    readiness probe. Exit 0 when ready, 1 when not ready, 2 on a configuration error."""
+    store = MemoryStore(_settings(database_url, redis_url))
+    try:
+        report = store.health(timeout)
+    finally:
+        store.close()
+    ready = report.ok or (cache_optional and report.degraded)
+    status = "ok" if report.ok else "degraded" if report.degraded else "failed"
+    checks = {
+        "database": report.database,
+        "migrations": report.migrations,
+        "cache": report.cache,
+        "lease": report.lease,
+    }
+    if as_json:
+        _emit_json(
+            {
+                "ready": ready,
+                "status": status,
+                "checks": {name: check.model_dump() for name, check in checks.items()},
+                "seconds": report.seconds,
+            }
+        )
+    else:
+        for name, check in checks.items():
+            click.echo(f"{name:<11} {check.status:<8} {check.detail or ''}".rstrip())
+        click.echo(f"{'ready' if ready else 'not ready'} ({status}, {report.seconds:.2f}s)")
+    if not ready:
+        raise SystemExit(EXIT_FINDINGS)
+
+
 def _when(row_id: int | None) -> str | None:
     if row_id is None:
         return None

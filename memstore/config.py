@@ -66,6 +66,9 @@ class Settings(BaseModel):
     """How long the id generator waits out a clock that stepped back before failing."""
     guard_debug: bool = False
     """Log every loop-guard decision (``memstore.guard`` logger), message text redacted."""
+    otel_metrics: bool = False
+    """Export every store's counters to OpenTelemetry (``store.enable_otel()`` at creation,
+    the global meter provider); needs the ``otel`` extra."""
     retention_days: int | None = Field(default=None, ge=1)
     """Default age limit of ``memstore prune`` when no ``--older-than``/``--keep-last`` is
     given (for a scheduled ``memstore prune --all --yes``); ``None``: no default."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -94,3 +95,44 @@ class ImportReport(_Report):
     """Records read after the header."""
     apps: dict[str, ImportCounts]
     total: ImportCounts
+
+
+class HealthCheck(_Report):
+    """The outcome of one health check."""
+
+    status: Literal["ok", "failed", "skipped"]
+    """``"skipped"``: the check does not apply (a fixed worker id, or the database it needs
+    failed first); a skipped check never makes the store unhealthy."""
+    detail: str | None = None
+    """A short reason: a failure's kind or class, revisions, a worker id. Never a URL, a
+    password or message text."""
+
+    @property
+    def ok(self) -> bool:
+        """True unless the check failed."""
+        return self.status != "failed"
+
+
+class HealthReport(_Report):
+    """What :meth:`MemoryStore.health` found: one check per dependency and the verdict."""
+
+    ok: bool
+    """True when no check failed: the store can serve reads and writes as configured."""
+    database: HealthCheck
+    """A connection answers ``SELECT 1``."""
+    migrations: HealthCheck
+    """The schema is at the head revision this memstore ships."""
+    cache: HealthCheck
+    """Redis answers ``PING`` (an in-process cache always passes)."""
+    lease: HealthCheck
+    """The worker-id lease is held and renewed in time, or (none held yet) a worker id is
+    free to claim; skipped for a fixed worker id."""
+    seconds: float
+    """How long the checks took."""
+
+    @property
+    def degraded(self) -> bool:
+        """True when only the cache failed: the store still serves everything from SQL."""
+        return not self.ok and all(
+            check.ok for check in (self.database, self.migrations, self.lease)
+        )

@@ -21,14 +21,15 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy.engine import Engine
 
 from memstore.cache.base import WindowCache, WindowPolicy
-from memstore.cache.memory_cache import InProcessWindowCache
+from memstore.cache.memory_cache import InProcessWindowCache, NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
+from memstore.core import health
 from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.export import (
     AppCounts,
@@ -42,6 +43,7 @@ from memstore.core.export import (
     parse_record,
     requested_call_ids,
 )
+from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from memstore.core.inputs import (
     MAX_WINDOW_MESSAGES,
     normalize_app_id,
@@ -58,11 +60,19 @@ from memstore.core.plans import (
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_payload
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, answer_open_group
+from memstore.core.window import Window
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
-from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
+from memstore.reports import (
+    DisplayEntry,
+    HealthCheck,
+    HealthReport,
+    ImportReport,
+    PruneReport,
+    PurgeReport,
+    ReloadReport,
+)
 from memstore.sql import leases as sql_leases
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
@@ -80,6 +90,8 @@ if TYPE_CHECKING:
     from memstore.collector import TurnCollector
 
 logger = logging.getLogger("memstore")
+
+T = TypeVar("T")
 
 
 class MemoryStore(StoreBase):
@@ -147,6 +159,45 @@ class MemoryStore(StoreBase):
         from memstore.sql import migrate as migrations  # Alembic loads only when needed
 
         migrations.upgrade(self.engine, revision)
+
+    # -- health ------------------------------------------------------------------------------
+
+    def health(self, timeout: float = DEFAULT_HEALTH_TIMEOUT_SECONDS) -> HealthReport:
+        """Check the database (a connection answers), its schema (at this memstore's head
+        revision), the cache (Redis answers ``PING``) and the worker-id lease (held and renewed
+        in time; with none held yet, an id is free to claim), and report each.
+
+        Never raises for a failed dependency: the report says which check failed and why, in
+        a short reason without URLs or message text. The database and the cache are probed
+        at once, each for at most ``timeout`` seconds (a probe that does not answer in time
+        fails as timed out; a hung connection attempt is left to finish in the background).
+        Writes nothing, claims no lease, and counts nothing.
+        """
+        from memstore.sql import health as sql_health
+
+        seconds = self._health_timeout(timeout)
+        started = time.monotonic()
+        with_leases = self._lease_rows_needed()
+        database = _Bounded(lambda: sql_health.probe(self.engine, with_leases=with_leases))
+        cache = _Bounded(self._ping_cache)
+        deadline = started + seconds
+        return self._health_report(
+            started, seconds, database.outcome(deadline), cache.outcome(deadline)
+        )
+
+    def _ping_cache(self) -> HealthCheck:
+        cache = self.cache
+        ping = getattr(cache, "ping", None)
+        if callable(ping):
+            return health.failed("PING failed") if ping() is False else health.passed("PING")
+        if isinstance(cache, RedisWindowCache):
+            cache.client.ping()
+            return health.passed("Redis answers PING")
+        if isinstance(cache, InProcessWindowCache):
+            return health.passed("in-process")
+        if isinstance(cache, NoWindowCache):
+            return health.skipped("no cache: windows are read from SQL")
+        return health.skipped(f"no probe for {type(cache).__name__}")
 
     # -- worker-id lease ---------------------------------------------------------------------
 
@@ -292,7 +343,7 @@ class MemoryStore(StoreBase):
         start_at_user: bool,
         max_tokens: int | None = None,
     ) -> Window:
-        return run_steps(
+        window = run_steps(
             window_steps(
                 max_messages,
                 start_at_user=start_at_user,
@@ -301,6 +352,7 @@ class MemoryStore(StoreBase):
             ),
             lambda request: self._sql.fetch(app_id, request),
         )
+        return self._built(window)
 
     def load_window(
         self,
@@ -362,6 +414,7 @@ class MemoryStore(StoreBase):
             )
         else:
             cached = self.cache.store(app_id, entries, window.synthetic_call_ids, version)
+        self._rebuilt(cached)
         report = reload_report(app_id, window, cached, budgeted)
         return window.messages, report
 
@@ -524,6 +577,32 @@ class MemoryStore(StoreBase):
         self.close()
 
 
+class _Bounded(Generic[T]):
+    """Runs ``probe`` in a daemon thread so a caller can stop waiting for it: a connection
+    attempt to an unreachable host must not hold a readiness probe past its timeout."""
+
+    def __init__(self, probe: Callable[[], T]) -> None:
+        self._value: T | Exception | None = None
+        self._done = threading.Event()
+        threading.Thread(
+            target=self._run, args=(probe,), name="memstore-health", daemon=True
+        ).start()
+
+    def _run(self, probe: Callable[[], T]) -> None:
+        try:
+            self._value = probe()
+        except Exception as error:
+            self._value = error
+        finally:
+            self._done.set()
+
+    def outcome(self, deadline: float) -> T | Exception | None:
+        """The probe's result or error; ``None`` when it did not finish by ``deadline``."""
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
+            return None
+        return self._value
+
+
 def _heartbeat(ref: weakref.ref[MemoryStore], stop: threading.Event, interval: float) -> None:
     """Renew the store's lease every ``interval`` seconds until it closes or is collected."""
     while not stop.wait(interval):
@@ -553,8 +632,9 @@ class ChatMemory:
         budget, policy = self._store._token_budget(max_tokens, oversize)
         generation = self._store._generation(self.app_id)
         cached = self._store.cache.read(self.app_id)
-        if cached.messages is not None and cached.generation == generation:
-            messages = answer_open_group(cached.messages)
+        served = self._store._served(cached, generation)
+        if served is not None:
+            messages = served
         else:
             messages, _ = self._store._rebuild(
                 self.app_id, self._store.settings.reload_max, cached.version, generation

@@ -11,14 +11,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import make_url
 
+from memstore.cache.base import CachedWindow
 from memstore.config import Settings
+from memstore.core import health
 from memstore.core.display import DisplayDraft, ToolFormatter
 from memstore.core.inputs import MAX_WINDOW_MESSAGES
-from memstore.core.leases import HeldLease, id_floor
+from memstore.core.leases import HeldLease, LeaseRow, id_floor
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
 from memstore.core.tokens import (
     MAX_TOKENS_LIMIT,
@@ -29,11 +31,20 @@ from memstore.core.tokens import (
     fit_oversize,
     oversize_policy,
 )
-from memstore.core.window import Window, WindowEntry, entry_for, token_window
-from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
+from memstore.core.window import Window, WindowEntry, answer_open_group, entry_for, token_window
+from memstore.errors import (
+    IdCollisionError,
+    InvalidInputError,
+    StorageError,
+    WorkerLeaseLostError,
+)
 from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
-from memstore.metrics import Metrics
+from memstore.metrics import Metrics, otel_listener
+from memstore.reports import HealthCheck, HealthReport
+
+if TYPE_CHECKING:
+    from memstore.sql.health import DatabaseProbe
 
 logger = logging.getLogger("memstore")
 
@@ -74,10 +85,126 @@ class StoreBase:
         self._formatters: dict[str, ToolFormatter] = {}
         self._closed = False
         self._metrics = Metrics()
+        self._otel_enabled = False
+        if self.settings.otel_metrics:
+            self.enable_otel()
 
     def metrics(self) -> dict[str, int]:
-        """A plain snapshot of this store's counters (see :data:`memstore.metrics.COUNTERS`)."""
+        """A plain snapshot of this store's counters (see :data:`memstore.metrics.COUNTERS`):
+        counts since the store was created, as a new dict of ``name -> int``."""
         return self._metrics.snapshot()
+
+    def enable_otel(
+        self, meter: Any = None, attributes: Mapping[str, str | int | bool] | None = None
+    ) -> None:
+        """Export this store's counters to OpenTelemetry from now on: every increment is added
+        to the ``Counter`` ``memstore.<counter>`` of ``meter`` (default: the global meter
+        provider's ``memstore`` meter), with ``attributes`` (default: none). Stores exporting
+        to one meter add to the same instruments. A second call does nothing.
+
+        Needs the ``otel`` extra (``opentelemetry-api``); raises
+        :class:`~memstore.errors.MissingExtraError` without it. The ``otel_metrics`` setting
+        calls this when the store is created.
+        """
+        if self._otel_enabled:
+            return
+        self._metrics.add_listener(otel_listener(meter, attributes))
+        self._otel_enabled = True
+
+    # -- counting (no I/O; sync and async call the same helpers) ------------------------------
+
+    def _served(self, cached: CachedWindow, generation: int | None) -> list[Message] | None:
+        """The cached window a read may serve (its open tool group answered), counted as a
+        hit; ``None`` (counted as a miss) when the read must rebuild from SQL."""
+        if cached.messages is None or cached.generation != generation:
+            self._metrics.incr("cache_misses")
+            return None
+        self._metrics.incr("cache_hits")
+        answered = answer_open_group(cached.messages)
+        if len(answered) != len(cached.messages):
+            self._metrics.incr("interrupted_answers", len(answered) - len(cached.messages))
+        return answered
+
+    def _built(self, window: Window) -> Window:
+        """Count what the loader did to a window it built from SQL."""
+        stats = window.stats
+        if stats.widened_groups:
+            self._metrics.incr("widened_groups", stats.widened_groups)
+        if stats.interrupted_answered:
+            self._metrics.incr("interrupted_answers", stats.interrupted_answered)
+        return window
+
+    def _rebuilt(self, cached: bool) -> None:
+        """Count a window rebuilt from SQL that the cache took."""
+        if cached:
+            self._metrics.incr("cache_rebuilds")
+
+    # -- health (the verdicts; the stores probe) -----------------------------------------------
+
+    def _lease_rows_needed(self) -> bool:
+        """True when the health check must read the lease rows: a leasing store holding none."""
+        return self._leasing and self._own_lease() is None
+
+    def _lease_check(self, leases: list[LeaseRow] | None) -> HealthCheck:
+        if not self._leasing:
+            return health.fixed_worker_check(self._fixed_worker_id)
+        lease = self._own_lease()
+        if lease is not None:
+            return health.held_lease_check(lease, time.monotonic())
+        if leases is None:
+            return health.skipped("needs the database, migrated to head")
+        return health.free_lease_check(leases)
+
+    def _health_report(
+        self,
+        started: float,
+        timeout: float,
+        database: DatabaseProbe | BaseException | None,
+        cache: HealthCheck | BaseException | None,
+    ) -> HealthReport:
+        """The report from the probes' outcomes (``None``: no answer within ``timeout``)."""
+        from memstore.sql.health import DatabaseProbe, head_revision, known_revision
+
+        if isinstance(database, DatabaseProbe):
+            db_check = health.passed(f"{database.dialect} answers")
+            revision = database.revision
+            known = revision is None or known_revision(revision)
+            schema = health.schema_check(revision, head_revision(), known)
+            lease = self._lease_check(database.leases)
+        else:
+            if database is None:
+                db_check = health.timed_out(timeout)
+            else:
+                db_check = health.failed(
+                    health.error_reason(database, getattr(database, "kind", None))
+                )
+            schema = health.skipped("the database is not reachable")
+            lease = self._lease_check(None)
+        if cache is None:
+            cache_check = health.timed_out(timeout)
+        elif isinstance(cache, BaseException):
+            cache_check = health.failed(health.error_reason(cache))
+        else:
+            cache_check = cache
+        checks = (db_check, schema, cache_check, lease)
+        return HealthReport(
+            ok=all(check.ok for check in checks),
+            database=db_check,
+            migrations=schema,
+            cache=cache_check,
+            lease=lease,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    @staticmethod
+    def _health_timeout(timeout: float) -> float:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (0 < timeout <= 3600)
+        ):
+            raise InvalidInputError("timeout must be a number of seconds in (0, 3600]")
+        return float(timeout)
 
     @property
     def worker_id(self) -> int | None:
@@ -129,6 +256,7 @@ class StoreBase:
             self._lease = None
             return None
         self._lease = lease.renewed(sent_at)
+        self._metrics.incr("lease_renewals")
         assert self._ids is not None
         return self._ids
 
@@ -150,6 +278,8 @@ class StoreBase:
                 lease.epoch,
             ):
                 self._lease = current.renewed(sent_at) if kept else None
+        if kept:
+            self._metrics.incr("lease_renewals")
 
     @classmethod
     def from_env(cls: type[StoreT], **overrides: Any) -> StoreT:
@@ -293,6 +423,7 @@ class StoreBase:
 
     def _id_collided(self, attempt: int, error: IdCollisionError) -> None:
         """Called when attempt ``attempt`` of a write hit a taken id: retry, or give up."""
+        self._metrics.incr("id_collisions")
         if attempt >= ID_COLLISION_RETRIES:
             raise error
         logger.warning(

@@ -20,7 +20,14 @@ from memstore.cache.aio import AsyncWindowCache
 from memstore.cache.base import CachedWindow
 from memstore.core.display import ToolFormatter
 from memstore.messages import Message, ToolRequest
-from memstore.reports import DisplayEntry, ImportReport, PruneReport, PurgeReport, ReloadReport
+from memstore.reports import (
+    DisplayEntry,
+    HealthReport,
+    ImportReport,
+    PruneReport,
+    PurgeReport,
+    ReloadReport,
+)
 
 T = TypeVar("T")
 
@@ -193,6 +200,19 @@ class SyncFacade:
 
     def collector(self, app_id: Any, user_id: str | None = None) -> SyncCollector:
         return SyncCollector(self._store.collector(app_id, user_id), self._run)
+
+    def metrics(self) -> dict[str, int]:
+        return self._store.metrics()
+
+    def health(self, timeout: float = 5.0) -> HealthReport:
+        return self._run(self._store.health(timeout))
+
+    def enable_otel(self, meter: Any = None, attributes: Any = None) -> None:
+        self._store.enable_otel(meter, attributes)
+
+    @property
+    def worker_id(self) -> int | None:
+        return self._store.worker_id
 
     def close(self) -> None:
         self._run(self._store.close())

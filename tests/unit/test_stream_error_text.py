@@ -42,7 +42,7 @@ MALFORMED_CHUNKS: list[Any] = [
     {"type": "error", "error": {"type": "overloaded_error", "message": SECRET}},
     {"type": "error", "error": {"type": SECRET, "message": SECRET}},
     {"type": "AI", "text": SECRET, "toolExecutionRequests": SECRET},
-    {"type": "TOOL_EXECUTION_RESULT", "id": "c1", "toolName": "t", "text": SECRET, "isError": SECRET},
+    {"type": "TOOL_EXECUTION_RESULT", "id": "c1", "toolName": "t", "text": "x", "isError": SECRET},
 ]
 
 

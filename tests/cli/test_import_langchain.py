@@ -146,17 +146,26 @@ def test_import_langchain_sql_real_tables(
         engine.dispose()
 
 
-def test_import_langchain_sql_resumes_after_interruption(
+@pytest.fixture
+def on_sqlite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from memstore import importers
-
+) -> Iterator[tuple[str, str, MemoryStore]]:
+    """(source URL, memstore URL, store): private SQLite files, no Redis."""
     monkeypatch.delenv("MEMSTORE_REDIS_URL", raising=False)
-    source = f"sqlite:///{tmp_path / 'lc.db'}"
-    write_history(source, "message_store", {"a": GOOD, "b": LEGACY, "c": GOOD[:2]})
     target = f"sqlite:///{tmp_path / 'm.db'}"
     store = MemoryStore(Settings(database_url=target))
     store.migrate()
+    yield f"sqlite:///{tmp_path / 'lc.db'}", target, store
+    store.close()
+
+
+def test_import_langchain_sql_resumes_after_interruption(
+    on_sqlite: tuple[str, str, MemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore import importers
+
+    source, target, store = on_sqlite
+    write_history(source, "message_store", {"a": GOOD, "b": LEGACY, "c": GOOD[:2]})
     real = importers.import_session
     calls: list[str] = []
 
@@ -180,18 +189,13 @@ def test_import_langchain_sql_resumes_after_interruption(
     assert "sessions: 3, imported: 2, skipped: 1, messages: 6" in rest.stdout
     assert MemstoreChatMessageHistory(store, "c").messages == GOOD[:2]
     assert MemstoreChatMessageHistory(store, "a").messages == GOOD
-    store.close()
 
 
 def test_import_langchain_sql_bad_sources_write_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    on_sqlite: tuple[str, str, MemoryStore],
 ) -> None:
-    monkeypatch.delenv("MEMSTORE_REDIS_URL", raising=False)
-    source = f"sqlite:///{tmp_path / 'lc.db'}"
+    source, target, store = on_sqlite
     write_history(source, "message_store", {"a": GOOD})
-    target = f"sqlite:///{tmp_path / 'm.db'}"
-    store = MemoryStore(Settings(database_url=target))
-    store.migrate()
     missing = run_import(
         source, "--from", "langchain-sql", "--table", "nope", "--database-url", target
     )
@@ -213,4 +217,3 @@ def test_import_langchain_sql_bad_sources_write_nothing(
     assert wrong.exit_code == 2 and "--app-id is an option of --from langchain4j-json" in (
         wrong.output
     )
-    store.close()

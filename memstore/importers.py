@@ -318,6 +318,11 @@ def convert(source: str, session_id: str, items: list[SourceItem]) -> list[Messa
     return SOURCES[source].convert(session_id, items)
 
 
+def _has_rows(conn: sa.Connection, app: str) -> bool:
+    query = sa.select(original.c.id).where(in_app(original, app)).limit(1)
+    return conn.execute(query).first() is not None
+
+
 def import_session(
     store: MemoryStore, source: str, app_id: str, session_id: str, items: list[SourceItem]
 ) -> SessionImport:
@@ -326,6 +331,10 @@ def import_session(
 
     app = normalize_app_id(app_id)
     report = SessionImport(session_id, app)
+    with translated_errors("importing a session"), store.engine.connect() as conn:
+        report.skipped = _has_rows(conn, app)  # a rerun skips imported sessions without a write
+    if report.skipped:
+        return report
     raw = convert(source, session_id, items)
     report.findings = dict(Counter(v.code for v in validate(raw, "openai")))
     messages: list[Message] = resolve_results(raw, {})
@@ -333,8 +342,7 @@ def import_session(
     store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
     with translated_errors("importing a session"), store.engine.begin() as conn:
         generation.bump(conn, app)  # locks the app: a racing import or write waits
-        taken = conn.execute(sa.select(original.c.id).where(in_app(original, app)).limit(1))
-        if taken.first() is not None:
+        if _has_rows(conn, app):
             report.skipped = True
             return report
         drafts = display_drafts(messages, store.formatters)

@@ -885,11 +885,13 @@ def _import_sessions(
     redis_url: str | None,
 ) -> None:
     """``--from SOURCE``: one app per session, one transaction each. Every session is read
-    and converted first, so a source the importer cannot read writes nothing."""
+    and converted (and its app id checked) first, so a source the importer cannot read
+    writes nothing."""
 
     read = SOURCES[source].read
     sessions = 0
     for session_id, items in read(path, **options):
+        normalize_app_id(app_prefix + session_id)
         convert(source, session_id, items)
         sessions += 1
     reports: list[SessionImport] = []

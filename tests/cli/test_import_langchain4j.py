@@ -154,6 +154,10 @@ def test_unconvertible_memory_writes_nothing(tmp_path: Path, target: str) -> Non
     assert "secret" not in str(result.exception)
     store = MemoryStore(Settings(database_url=target))
     assert admin.counts_for(store.engine, app_id="a").original_rows == 0
+    source.write_text(json.dumps({"a": MEMORY, "b" * 200: MEMORY}))  # app ids: 128 chars
+    too_long = run_import(str(source), "--database-url", target)
+    assert type(too_long.exception).__name__ == "InvalidAppIdError"
+    assert admin.counts_for(store.engine, app_id="a").original_rows == 0
     store.close()
     source.write_text("{not json")
     assert "the file is not JSON" in str(run_import(str(source)).exception)

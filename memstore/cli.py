@@ -887,7 +887,6 @@ def _import_sessions(
     """``--from SOURCE``: one app per session, one transaction each. Every session is read
     and converted (and its app id checked) first, so a source the importer cannot read
     writes nothing."""
-
     read = SOURCES[source].read
     sessions = 0
     for session_id, items in read(path, **options):

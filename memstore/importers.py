@@ -297,16 +297,15 @@ class Source:
     """An import source: how its sessions are read and how its items become messages."""
 
     read: Reader
+    """``read(FILE, **options)``: the sessions, one at a time."""
     convert: Converter
-    what: str
-    """What the CLI's ``FILE`` argument is for this source."""
 
 
 SOURCES: dict[str, Source] = {
-    "openai-agents-sqlite": Source(agents_sqlite_sessions, _agents_messages, "PATH"),
-    "openai-agents-sql": Source(agents_sql_sessions, _agents_messages, "URL"),
-    "langchain-sql": Source(langchain_sql_sessions, _langchain_messages, "URL"),
-    "langchain4j-json": Source(langchain4j_json_sessions, _langchain4j_messages, "FILE"),
+    "openai-agents-sqlite": Source(agents_sqlite_sessions, _agents_messages),
+    "openai-agents-sql": Source(agents_sql_sessions, _agents_messages),
+    "langchain-sql": Source(langchain_sql_sessions, _langchain_messages),
+    "langchain4j-json": Source(langchain4j_json_sessions, _langchain4j_messages),
 }
 """The importers by their ``memstore import --from`` name."""
 

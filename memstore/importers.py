@@ -260,14 +260,12 @@ def _agents_messages(session_id: str, items: list[SourceItem]) -> list[Message]:
 
 
 def _langchain_messages(session_id: str, items: list[SourceItem]) -> list[Message]:
-    from langchain_core.messages import messages_from_dict
-
-    from memstore.adapters.langchain import to_canonical
+    from memstore.adapters.langchain import record_to_canonical  # needs the langchain extra
 
     out: list[Message] = []
     for source in items:
         try:
-            out.append(to_canonical(messages_from_dict([source.item])[0]))
+            out.append(record_to_canonical(source.item))
         except (InvalidMessageError, KeyError, TypeError, ValueError) as error:
             raise ImportSourceError(
                 f"session {session_id!r} row {source.row_id}: langchain cannot read the "

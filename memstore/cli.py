@@ -23,6 +23,7 @@ from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
 from memstore.demo import describe
 from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
+from memstore.importers import SOURCES, SessionImport, convert, import_session
 from memstore.messages import Message, ToolResult
 from memstore.reports import DisplayEntry
 from memstore.sql import admin
@@ -129,6 +130,7 @@ def _walk(store: MemoryStore, apps: list[str] | None, label: str) -> Iterator[st
 
 
 PROVIDER_FORMATS = ("openai", "anthropic", "langchain4j")
+IMPORT_SOURCES = tuple(SOURCES)
 
 
 @cli.command()
@@ -817,12 +819,24 @@ def export_command(
 @click.option(
     "--from",
     "source",
-    type=click.Choice(["memstore", "openai-agents-sqlite", "openai-agents-sql"]),
+    type=click.Choice(["memstore", *IMPORT_SOURCES]),
     default="memstore",
     help="What FILE is: a `memstore export` file (default), an OpenAI Agents SDK "
-    "SQLiteSession file, or (openai-agents-sql) the URL of SQLAlchemySession tables.",
+    "SQLiteSession file, the URL of the SDK's SQLAlchemySession tables (openai-agents-sql) "
+    "or of a LangChain SQLChatMessageHistory table (langchain-sql), or LangChain4j "
+    "ChatMessageSerializer JSON (langchain4j-json).",
 )
 @click.option("--app-prefix", default="", help="Prefix for the app id of each imported session.")
+@click.option(
+    "--table",
+    default=None,
+    help="With --from langchain-sql: the history table (default message_store).",
+)
+@click.option(
+    "--app-id",
+    default=None,
+    help="With --from langchain4j-json: the app of a file holding one memory (a JSON array).",
+)
 @database_option
 @redis_option
 def import_command(
@@ -830,6 +844,8 @@ def import_command(
     as_json: bool,
     source: str,
     app_prefix: str,
+    table: str | None,
+    app_id: str | None,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -840,7 +856,8 @@ def import_command(
     each committed whole or not at all.
     """
     if source != "memstore":
-        _import_sessions(source, file, app_prefix, as_json, database_url, redis_url)
+        options = _source_options(source, table, app_id, app_prefix)
+        _import_sessions(source, file, options, app_prefix, as_json, database_url, redis_url)
         return
     if not os.path.isfile(file):
         raise click.BadParameter(f"no file at {file!r}", param_hint="FILE")
@@ -896,56 +913,84 @@ def _records(path: str, check: MemoryStore | None) -> Iterator[dict[str, Any]]:
             yield data
 
 
+def _source_options(
+    source: str, table: str | None, app_id: str | None, app_prefix: str
+) -> dict[str, Any]:
+    """The reader options of ``--from SOURCE`` (each option belongs to one source)."""
+    if table is not None and source != "langchain-sql":
+        raise click.UsageError("--table is an option of --from langchain-sql")
+    if app_id is not None and source != "langchain4j-json":
+        raise click.UsageError("--app-id is an option of --from langchain4j-json")
+    if app_id is not None and app_prefix:
+        raise click.UsageError("--app-id names the app itself: give it or --app-prefix")
+    if source == "langchain-sql":
+        return {"table": table or "message_store"}
+    if source == "langchain4j-json":
+        return {"app_id": app_id}
+    return {}
+
+
 def _import_sessions(
     source: str,
     path: str,
+    options: dict[str, Any],
     app_prefix: str,
     as_json: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
-    """``--from openai-agents-sqlite|sql``: one app per session, one transaction each."""
-    from memstore import importers
-
-    read = (
-        importers.agents_sqlite_sessions
-        if source == "openai-agents-sqlite"
-        else importers.agents_sql_sessions
-    )
-    sessions = [session_id for session_id, _ in read(path)]
-    reports: list[importers.SessionImport] = []
+    """``--from SOURCE``: one app per session, one transaction each. Every session is read
+    and converted (and its app id checked) first, so a source the importer cannot read
+    writes nothing."""
+    read = SOURCES[source].read
+    sessions = 0
+    for session_id, items in read(path, **options):
+        normalize_app_id(app_prefix + session_id)
+        convert(source, session_id, items)
+        sessions += 1
+    reports: list[SessionImport] = []
+    interrupted = False
     with (
         _open(database_url, redis_url) as store,
         click.progressbar(
-            read(path),
-            length=len(sessions),
+            read(path, **options),
+            length=sessions,
             label="importing sessions",
             file=sys.stderr,
         ) as bar,
     ):
-        for session_id, items in bar:
-            report = importers.import_agents_session(
-                store, app_prefix + session_id, session_id, items
-            )
-            reports.append(report)
-            audit.info(
-                "import source=%s app=%r messages=%d skipped=%s",
-                source,
-                report.app_id,
-                0 if report.skipped else report.messages,
-                report.skipped,
-            )
+        try:
+            for session_id, items in bar:
+                report = import_session(store, source, app_prefix + session_id, session_id, items)
+                reports.append(report)
+                audit.info(
+                    "import source=%s app=%r messages=%d skipped=%s",
+                    source,
+                    report.app_id,
+                    0 if report.skipped else report.messages,
+                    report.skipped,
+                )
+        except KeyboardInterrupt:
+            interrupted = True
     if as_json:
         _emit_json([vars(report) for report in reports])
-        return
-    for report in reports:
-        state = "already imported, skipped" if report.skipped else f"{report.messages} messages"
-        found = ", ".join(f"{code}: {n}" for code, n in sorted(report.findings.items()))
+    else:
+        for report in reports:
+            state = "already imported, skipped" if report.skipped else f"{report.messages} messages"
+            found = ", ".join(f"{code}: {n}" for code, n in sorted(report.findings.items()))
+            click.echo(
+                f"{report.session_id} -> {report.app_id}: {state}"
+                + (f" ({found})" if found else "")
+            )
+        done = [r for r in reports if not r.skipped]
         click.echo(
-            f"{report.session_id} -> {report.app_id}: {state}" + (f" ({found})" if found else "")
+            f"sessions: {len(reports)}, imported: {len(done)}, "
+            f"skipped: {len(reports) - len(done)}, messages: {sum(r.messages for r in done)}"
         )
-    done = [r for r in reports if not r.skipped]
-    click.echo(
-        f"sessions: {len(reports)}, imported: {len(done)}, skipped: {len(reports) - len(done)}, "
-        f"messages: {sum(r.messages for r in done)}"
-    )
+    if interrupted:
+        click.echo(
+            f"interrupted after {len(reports)} of {sessions} sessions; "
+            "run the same command again to resume",
+            err=True,
+        )
+        raise SystemExit(EXIT_FINDINGS)

@@ -100,6 +100,7 @@ __all__ = [
     "MemstoreMiddleware",
     "RunKeys",
     "from_canonical",
+    "record_to_canonical",
     "thread_keys",
     "to_canonical",
 ]
@@ -314,6 +315,13 @@ def to_canonical(message: BaseMessage) -> Message:
         if role in _SYSTEM_ROLES:
             return SystemMessage(text=text, metadata=metadata)
     return opaque(metadata)
+
+
+def record_to_canonical(record: dict[str, Any]) -> Message:
+    """The canonical row of a message stored as langchain's ``message_to_dict`` JSON (as
+    ``SQLChatMessageHistory`` keeps it). Raises what ``messages_from_dict`` raises for a
+    record langchain cannot read (``KeyError``, ``TypeError``, ``ValueError``)."""
+    return to_canonical(messages_from_dict([record])[0])
 
 
 # -- canonical -> LangChain ------------------------------------------------------------------------

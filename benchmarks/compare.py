@@ -392,6 +392,7 @@ def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None 
     res = Results()
     runner = Runner()
     with ExitStack() as stack:
+        stack.callback(runner.loop.close)
         redis_url = stack.enter_context(private_redis())
         tmp = Path(tempfile.mkdtemp(prefix="memstore-bench-cmp-"))
         stack.callback(shutil.rmtree, tmp, True)
@@ -448,6 +449,9 @@ def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None 
                 peer_engines[f"langchain-{name}"] = engine
                 langchain_sinks.append(Sink(engine, None, LANGCHAIN_ROWS))
         stack.callback(lambda: [e.dispose() for e in peer_engines.values()])
+        stack.callback(
+            lambda: [runner.run(e.dispose()) for e, _driver in agents_engines.values()]
+        )
         total_rows = sum(a.size for a in apps)
         log(
             f"compare: seeding {total_rows:,} rows x {len(urls)} memstore + "
@@ -963,6 +967,8 @@ def rebuilds(
 
         def fetch(app: str) -> list[Any]:
             return conn.execute(sql, (app,)).fetchall()
+
+        close: Callable[[], object] = conn.close
     else:
         import psycopg
 
@@ -971,6 +977,8 @@ def rebuilds(
 
         def fetch(app: str) -> list[Any]:
             return pconn.execute(psql, (app,), prepare=True).fetchall()
+
+        close = pconn.close
 
     started = time.perf_counter()
     for app in all_apps:
@@ -982,6 +990,7 @@ def rebuilds(
         pipe.expire(rkey, 3600)
         pipe.execute()
     raw = len(all_apps) / (time.perf_counter() - started)
+    close()
     # peak memory: traced pass over the first memory_apps, then over all
     tracemalloc.start()
     peaks: list[int] = []

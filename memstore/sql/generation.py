@@ -40,17 +40,34 @@ def generation_query(app_id: str) -> sa.Select[Any]:
     return sa.select(app_generation.c.generation).where(app_generation.c.app_id == app_id)
 
 
+def returns_generation(dialect: Dialect) -> bool:
+    """Whether the upsert can return the new value itself (``RETURNING``: PostgreSQL, and
+    SQLite from 3.35), saving the ``SELECT`` after it."""
+    return dialect.name == "postgresql" or (
+        dialect.name == "sqlite" and tuple(dialect.server_version_info or ()) >= (3, 35)
+    )
+
+
 def bump(conn: Connection, app_id: str) -> GenerationStep:
     """Raise the app's generation in the caller's transaction."""
-    conn.execute(bump_statement(conn.dialect, app_id))
-    after = int(conn.execute(generation_query(app_id)).scalar_one())
+    statement = bump_statement(conn.dialect, app_id)
+    if returns_generation(conn.dialect):
+        after = int(conn.execute(statement.returning(app_generation.c.generation)).scalar_one())
+    else:
+        conn.execute(statement)
+        after = int(conn.execute(generation_query(app_id)).scalar_one())
     return GenerationStep(after - 1, after)
 
 
 async def abump(conn: AsyncConnection, app_id: str) -> GenerationStep:
     """:func:`bump` on an async connection."""
-    await conn.execute(bump_statement(conn.dialect, app_id))
-    after = int((await conn.execute(generation_query(app_id))).scalar_one())
+    statement = bump_statement(conn.dialect, app_id)
+    if returns_generation(conn.dialect):
+        result = await conn.execute(statement.returning(app_generation.c.generation))
+        after = int(result.scalar_one())
+    else:
+        await conn.execute(statement)
+        after = int((await conn.execute(generation_query(app_id))).scalar_one())
     return GenerationStep(after - 1, after)
 
 

@@ -33,6 +33,7 @@ import json
 import random
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -422,6 +423,12 @@ def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None 
                 if name == "sqlite":
                     path = tmp / "agents.db"
                     SQLiteSession("init", path).close()  # creates the tables
+                    index = sqlite3.connect(path)  # and the index SQLAlchemySession adds
+                    index.execute(
+                        "CREATE INDEX IF NOT EXISTS idx_agent_messages_session_time "
+                        "ON agent_messages (session_id, created_at)"
+                    )
+                    index.close()
                     peer_engines["agents-sqlite"] = sa.create_engine(f"sqlite:///{path}")
                     agents_engines["sqlite"] = (
                         create_async_engine(f"sqlite+aiosqlite:///{path}"),
@@ -449,9 +456,7 @@ def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None 
                 peer_engines[f"langchain-{name}"] = engine
                 langchain_sinks.append(Sink(engine, None, LANGCHAIN_ROWS))
         stack.callback(lambda: [e.dispose() for e in peer_engines.values()])
-        stack.callback(
-            lambda: [runner.run(e.dispose()) for e, _driver in agents_engines.values()]
-        )
+        stack.callback(lambda: [runner.run(e.dispose()) for e, _driver in agents_engines.values()])
         total_rows = sum(a.size for a in apps)
         log(
             f"compare: seeding {total_rows:,} rows x {len(urls)} memstore + "

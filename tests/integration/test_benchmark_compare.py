@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("benchmarks.compare")
 
-from benchmarks import compare  # noqa: E402
-from benchmarks.common import Options  # noqa: E402
+from benchmarks import compare
+from benchmarks.common import Options
 
 pytestmark = pytest.mark.slow
 

@@ -297,9 +297,7 @@ def kill_connection(engine: Engine, admin: Engine | None, raw: Any) -> None:
             other.execute(sa.text(f"KILL {int(raw.thread_id())}"))
 
 
-def kill_own_connection_before_insert(
-    engine: Engine, admin: Engine | None, times: int = 2
-) -> None:
+def kill_own_connection_before_insert(engine: Engine, admin: Engine | None, times: int = 2) -> None:
     """Break the connection the moment an INSERT is about to run, ``times`` times (a write
     that finds its connection dead before the commit is retried once on a fresh one)."""
     done: list[bool] = []

@@ -1,6 +1,7 @@
 """Run every benchmark and print its Markdown tables, then one summary of the targets.
 
-    python -m benchmarks                         # full run (2-3 minutes on 2 cores)
+    python -m benchmarks                         # full run (compare seeds >= 1M rows per
+                                                 # system: long; --only to pick parts)
     python -m benchmarks --quick                 # smaller histories, fewer repetitions
     python -m benchmarks --databases sqlite      # skip PostgreSQL
     python -m benchmarks --only hot_read --profile

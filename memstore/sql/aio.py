@@ -32,11 +32,11 @@ from memstore.sql.engine import (
 )
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
+    NEWEST_IDS,
     REQUEST_SCAN_PAGE,
     adapter_record_deletes,
     display_entry,
     history_query,
-    newest_id_query,
     newest_rows_statement,
     purge_statements,
     request_scan_query,
@@ -164,7 +164,7 @@ class AsyncSqlHistory:
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:
             step = await generation.abump(conn, app_id)
-            newest = (await conn.execute(newest_id_query(app_id))).one()
+            newest = (await conn.execute(NEWEST_IDS, {"app_id": app_id})).one()
             ids = issue_ids(plan.id_count, newest_of(*newest))
             missing = await self._unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
             if missing:

@@ -25,7 +25,7 @@ class GenerationStep:
     after: int
 
 
-def bump_statement(dialect: Dialect, app_id: str) -> Any:
+def bump_statement(dialect: Dialect, app_id: str | sa.BindParameter[str]) -> Any:
     """``generation + 1``, or a new row at 1 (an upsert in each database's own syntax)."""
     raised = {"generation": app_generation.c.generation + 1}
     if dialect.name in ("mysql", "mariadb"):
@@ -48,25 +48,40 @@ def returns_generation(dialect: Dialect) -> bool:
     )
 
 
+_BUMPS: dict[str, tuple[Any, bool]] = {}
+
+
+def _prepared_bump(dialect: Dialect) -> tuple[Any, bool]:
+    """The dialect's upsert with the app id bound as ``:gen_app``, built once per dialect
+    (with ``RETURNING`` where it can), and whether it returns the new value."""
+    cached = _BUMPS.get(dialect.name)
+    if cached is None:
+        statement = bump_statement(dialect, sa.bindparam("gen_app", type_=sa.String))
+        returning = returns_generation(dialect)
+        if returning:
+            statement = statement.returning(app_generation.c.generation)
+        cached = _BUMPS[dialect.name] = (statement, returning)
+    return cached
+
+
 def bump(conn: Connection, app_id: str) -> GenerationStep:
     """Raise the app's generation in the caller's transaction."""
-    statement = bump_statement(conn.dialect, app_id)
-    if returns_generation(conn.dialect):
-        after = int(conn.execute(statement.returning(app_generation.c.generation)).scalar_one())
+    statement, returning = _prepared_bump(conn.dialect)
+    if returning:
+        after = int(conn.execute(statement, {"gen_app": app_id}).scalar_one())
     else:
-        conn.execute(statement)
+        conn.execute(statement, {"gen_app": app_id})
         after = int(conn.execute(generation_query(app_id)).scalar_one())
     return GenerationStep(after - 1, after)
 
 
 async def abump(conn: AsyncConnection, app_id: str) -> GenerationStep:
     """:func:`bump` on an async connection."""
-    statement = bump_statement(conn.dialect, app_id)
-    if returns_generation(conn.dialect):
-        result = await conn.execute(statement.returning(app_generation.c.generation))
-        after = int(result.scalar_one())
+    statement, returning = _prepared_bump(conn.dialect)
+    if returning:
+        after = int((await conn.execute(statement, {"gen_app": app_id})).scalar_one())
     else:
-        await conn.execute(statement)
+        await conn.execute(statement, {"gen_app": app_id})
         after = int((await conn.execute(generation_query(app_id))).scalar_one())
     return GenerationStep(after - 1, after)
 

@@ -110,7 +110,7 @@ def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     return out
 
 
-def newest_id_query(app_id: str) -> sa.Select[Any]:
+def newest_id_query(app_id: str | sa.BindParameter[str]) -> sa.Select[Any]:
     """The app's newest id in each history (``None`` for an empty one), deleted rows
     included: one row, two index lookups."""
 
@@ -124,6 +124,10 @@ def newest_id_query(app_id: str) -> sa.Select[Any]:
         )
 
     return sa.select(newest(original), newest(display))
+
+
+NEWEST_IDS = newest_id_query(sa.bindparam("app_id", type_=sa.String))
+""":func:`newest_id_query` built once, the app id bound as ``:app_id``."""
 
 
 def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
@@ -209,7 +213,8 @@ def insert_plan(
     of the app below the new ids, else :class:`~memstore.errors.UnknownToolCallError`.
     """
     step = generation.bump(conn, app_id)
-    ids = issue_ids(plan.id_count, newest_of(*conn.execute(newest_id_query(app_id)).one()))
+    newest = conn.execute(NEWEST_IDS, {"app_id": app_id}).one()
+    ids = issue_ids(plan.id_count, newest_of(*newest))
     missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
     if missing:
         raise unknown_call_error(app_id, missing)

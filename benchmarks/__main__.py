@@ -1,6 +1,7 @@
 """Run every benchmark and print its Markdown tables, then one summary of the targets.
 
-    python -m benchmarks                         # full run (2-3 minutes on 2 cores)
+    python -m benchmarks                         # full run (compare seeds >= 1M rows per
+                                                 # system: long; --only to pick parts)
     python -m benchmarks --quick                 # smaller histories, fewer repetitions
     python -m benchmarks --databases sqlite      # skip PostgreSQL
     python -m benchmarks --only hot_read --profile
@@ -18,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from benchmarks import hot_read, load_window, local_cache
+from benchmarks import compare, hot_read, load_window, local_cache
 from benchmarks.common import (
     Options,
     Report,
@@ -34,6 +35,8 @@ BENCHMARKS: dict[str, Callable[[Options, Callable[[str], None]], Report]] = {
     "hot_read": hot_read.run,
     "load_window": load_window.run,
     "local_cache": local_cache.run,
+    # last: it seeds the largest data set (>= 1M rows per system at full size)
+    "compare": compare.run,
 }
 
 

@@ -8,8 +8,11 @@ URLs are mapped to an asyncio driver: ``sqlite`` -> aiosqlite, ``postgresql`` ->
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from memstore.core.id_order import newest_of
@@ -20,18 +23,21 @@ from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
+    install_idle_ping,
     install_sqlite_pragmas,
+    is_dead_connection,
+    read_options,
     sqlite_options,
     translated_errors,
 )
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
+    NEWEST_IDS,
     REQUEST_SCAN_PAGE,
     adapter_record_deletes,
     display_entry,
     history_query,
-    newest_id_query,
-    newest_rows_query,
+    newest_rows_statement,
     purge_statements,
     request_scan_query,
     requested_ids_in,
@@ -83,7 +89,9 @@ def make_async_engine(url: str) -> AsyncEngine:
     """An async engine with the same per-database settings as :func:`make_engine`."""
     target = async_url(url)
     if target.get_backend_name() != "sqlite":
-        return create_async_engine(target, pool_pre_ping=True, **ENGINE_OPTIONS)
+        engine = create_async_engine(target, **ENGINE_OPTIONS)
+        install_idle_ping(engine.sync_engine)
+        return engine
     if target.get_driver_name() == "aiosqlite":
         logging.getLogger("aiosqlite").addFilter(_AIOSQLITE_FILTER)  # a set: added once
     engine = create_async_engine(target, **ENGINE_OPTIONS, **sqlite_options(target, is_async=True))
@@ -91,17 +99,61 @@ def make_async_engine(url: str) -> AsyncEngine:
     return engine
 
 
+T = TypeVar("T")
+
+
+async def aread_retrying(
+    engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]], **options: Any
+) -> T:
+    """:func:`memstore.sql.engine.read_retrying` on an async engine."""
+    try:
+        async with engine.connect() as conn:
+            if options:
+                await conn.execution_options(**options)
+            return await work(conn)
+    except DBAPIError as error:
+        if not is_dead_connection(error):
+            raise
+    async with engine.connect() as conn:
+        if options:
+            await conn.execution_options(**options)
+        return await work(conn)
+
+
+async def awrite_retrying(
+    engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]
+) -> T:
+    """:func:`memstore.sql.engine.write_retrying` on an async engine."""
+    for attempt in (1, 2):
+        async with engine.connect() as conn:
+            transaction = await conn.begin()
+            try:
+                result = await work(conn)
+            except DBAPIError as error:
+                if attempt == 1 and is_dead_connection(error):
+                    continue
+                raise
+            await transaction.commit()
+            return result
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 class AsyncSqlHistory:
     """The two history tables on one async engine."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._read_options = read_options(engine.sync_engine)
 
     async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
+        statement, params = newest_rows_statement(app_id, request)
+
+        async def work(conn: AsyncConnection) -> list[Any]:
+            return list((await conn.execute(statement, params)).all())
+
         with translated_errors("reading history"):
-            async with self.engine.connect() as conn:
-                result = await conn.execute(newest_rows_query(app_id, request))
-                return rows_to_messages(result.all())
+            rows = await aread_retrying(self.engine, work, **self._read_options)
+        return rows_to_messages(rows)
 
     async def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
@@ -109,28 +161,30 @@ class AsyncSqlHistory:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
             return [], None
+
+        async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:
+            step = await generation.abump(conn, app_id)
+            newest = (await conn.execute(NEWEST_IDS, {"app_id": app_id})).one()
+            ids = issue_ids(plan.id_count, newest_of(*newest))
+            missing = await self._unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
+            if missing:
+                raise unknown_call_error(app_id, missing)
+            original_rows, display_rows = rows_with_ids(plan, ids)
+            if original_rows:
+                await conn.execute(original.insert(), original_rows)
+            if display_rows:
+                await conn.execute(display.insert(), display_rows)
+            return ids[: len(original_rows)], step
+
         with translated_errors("writing history"):
-            async with self.engine.begin() as conn:
-                step = await generation.abump(conn, app_id)
-                newest = (await conn.execute(newest_id_query(app_id))).one()
-                ids = issue_ids(plan.id_count, newest_of(*newest))
-                missing = await self._unrequested(
-                    conn, app_id, plan.unresolved_call_ids, below=ids[0]
-                )
-                if missing:
-                    raise unknown_call_error(app_id, missing)
-                original_rows, display_rows = rows_with_ids(plan, ids)
-                if original_rows:
-                    await conn.execute(original.insert(), original_rows)
-                if display_rows:
-                    await conn.execute(display.insert(), display_rows)
-                return ids[: len(original_rows)], step
+            return await awrite_retrying(self.engine, work)
 
     async def generation(self, app_id: str) -> int:
         """See :meth:`memstore.sql.repository.SqlHistory.generation`."""
         with translated_errors("reading history"):
-            async with self.engine.connect() as conn:
-                return await generation.aread(conn, app_id)
+            return await aread_retrying(
+                self.engine, lambda conn: generation.aread(conn, app_id), **self._read_options
+            )
 
     @staticmethod
     async def _unrequested(

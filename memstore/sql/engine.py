@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool
@@ -22,6 +23,12 @@ from memstore.core.db_errors import (
 from memstore.errors import IdCollisionError, SchemaError, StorageError
 
 POOL_TIMEOUT_SECONDS = 30
+PING_AFTER_IDLE_SECONDS = 2.0
+"""A pooled connection idle at least this long is pinged when checked out (a server round
+trip); one used more recently is handed out as is, and a read or write that still finds it
+dead is retried once on a fresh connection (see :func:`read_retrying`)."""
+
+T = TypeVar("T")
 
 # Every engine memstore creates: never put bound parameters (chat text, payloads, user ids)
 # into exception messages or SQL logs.
@@ -64,11 +71,87 @@ def _in_memory(url: URL) -> bool:
     return url.database in (None, "", ":memory:")
 
 
+def install_idle_ping(engine: Engine, idle_seconds: float = PING_AFTER_IDLE_SECONDS) -> None:
+    """Ping a pooled connection at checkout when it sat idle ``idle_seconds`` or longer.
+
+    ``pool_pre_ping`` pings on every checkout: one extra round trip per read, the largest
+    single cost of a short indexed query. Stale connections (a restarted server, an idle
+    timeout, a failover) are found on connections that sat in the pool; a connection that was
+    just used is pinged by its own next statement, and the callers retry once when that
+    statement finds it dead (:func:`read_retrying`, :func:`write_retrying`). A failed ping
+    makes the pool drop the connection and connect anew, as ``pool_pre_ping`` does.
+    """
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _stamp(_dbapi_connection: Any, record: Any) -> None:
+        record.info["memstore_checked_in"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("memstore_checked_in")
+        if since is None or time.monotonic() - since < idle_seconds:
+            return
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except Exception:
+            alive = False
+        if not alive:
+            raise DisconnectionError("stale pooled connection")
+
+
+def is_dead_connection(error: BaseException) -> bool:
+    """Whether ``error`` says the connection is gone (SQLAlchemy invalidated it), so the same
+    work may run again on a fresh connection."""
+    return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
+
+
+def read_retrying(engine: Engine, work: Callable[[Connection], T], **options: Any) -> T:
+    """Run the read-only ``work`` on a pooled connection; once more on a fresh one when the
+    first finds its connection dead. ``options``: execution options of the connection."""
+    try:
+        with engine.connect().execution_options(**options) as conn:
+            return work(conn)
+    except DBAPIError as error:
+        if not is_dead_connection(error):
+            raise
+    with engine.connect().execution_options(**options) as conn:
+        return work(conn)
+
+
+def write_retrying(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run ``work`` in one transaction; once more when a statement before the commit finds
+    the connection dead (the server dropped the transaction with it, so nothing was written).
+    A failure of the commit itself is never retried: its outcome is unknown."""
+    for attempt in (1, 2):
+        with engine.connect() as conn:
+            transaction = conn.begin()
+            try:
+                result = work(conn)
+            except DBAPIError as error:
+                if attempt == 1 and is_dead_connection(error):
+                    continue
+                raise
+            transaction.commit()
+            return result
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_options(engine: Engine) -> dict[str, Any]:
+    """Execution options for one-statement reads: autocommit on PostgreSQL, where it saves
+    the ``BEGIN`` and ``ROLLBACK`` round trips (psycopg switches it client-side; a single
+    statement sees one snapshot either way). Elsewhere none: SQLite sends no ``BEGIN`` for a
+    read, and MySQL drivers would spend a round trip switching autocommit."""
+    return {"isolation_level": "AUTOCOMMIT"} if engine.dialect.name == "postgresql" else {}
+
+
 def make_engine(url: str) -> Engine:
     """An engine with settings that suit memstore on each database."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, **ENGINE_OPTIONS)
+        engine = create_engine(url, **ENGINE_OPTIONS)
+        install_idle_ping(engine)
+        return engine
     engine = create_engine(url, **ENGINE_OPTIONS, **sqlite_options(parsed, check_same_thread=False))
     install_sqlite_pragmas(engine, parsed)
     return engine

@@ -25,7 +25,7 @@ class GenerationStep:
     after: int
 
 
-def bump_statement(dialect: Dialect, app_id: str) -> Any:
+def bump_statement(dialect: Dialect, app_id: str | sa.BindParameter[str]) -> Any:
     """``generation + 1``, or a new row at 1 (an upsert in each database's own syntax)."""
     raised = {"generation": app_generation.c.generation + 1}
     if dialect.name in ("mysql", "mariadb"):
@@ -40,17 +40,49 @@ def generation_query(app_id: str) -> sa.Select[Any]:
     return sa.select(app_generation.c.generation).where(app_generation.c.app_id == app_id)
 
 
+def returns_generation(dialect: Dialect) -> bool:
+    """Whether the upsert can return the new value itself (``RETURNING``: PostgreSQL, and
+    SQLite from 3.35), saving the ``SELECT`` after it."""
+    return dialect.name == "postgresql" or (
+        dialect.name == "sqlite" and tuple(dialect.server_version_info or ()) >= (3, 35)
+    )
+
+
+_BUMPS: dict[str, tuple[Any, bool]] = {}
+
+
+def _prepared_bump(dialect: Dialect) -> tuple[Any, bool]:
+    """The dialect's upsert with the app id bound as ``:gen_app``, built once per dialect
+    (with ``RETURNING`` where it can), and whether it returns the new value."""
+    cached = _BUMPS.get(dialect.name)
+    if cached is None:
+        statement = bump_statement(dialect, sa.bindparam("gen_app", type_=sa.String))
+        returning = returns_generation(dialect)
+        if returning:
+            statement = statement.returning(app_generation.c.generation)
+        cached = _BUMPS[dialect.name] = (statement, returning)
+    return cached
+
+
 def bump(conn: Connection, app_id: str) -> GenerationStep:
     """Raise the app's generation in the caller's transaction."""
-    conn.execute(bump_statement(conn.dialect, app_id))
-    after = int(conn.execute(generation_query(app_id)).scalar_one())
+    statement, returning = _prepared_bump(conn.dialect)
+    if returning:
+        after = int(conn.execute(statement, {"gen_app": app_id}).scalar_one())
+    else:
+        conn.execute(statement, {"gen_app": app_id})
+        after = int(conn.execute(generation_query(app_id)).scalar_one())
     return GenerationStep(after - 1, after)
 
 
 async def abump(conn: AsyncConnection, app_id: str) -> GenerationStep:
     """:func:`bump` on an async connection."""
-    await conn.execute(bump_statement(conn.dialect, app_id))
-    after = int((await conn.execute(generation_query(app_id))).scalar_one())
+    statement, returning = _prepared_bump(conn.dialect)
+    if returning:
+        after = int((await conn.execute(statement, {"gen_app": app_id})).scalar_one())
+    else:
+        await conn.execute(statement, {"gen_app": app_id})
+        after = int((await conn.execute(generation_query(app_id))).scalar_one())
     return GenerationStep(after - 1, after)
 
 

@@ -16,7 +16,7 @@ from memstore.core.rows import TOOL_REQUEST, decode_payload
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
-from memstore.sql.engine import translated_errors
+from memstore.sql.engine import read_options, read_retrying, translated_errors, write_retrying
 from memstore.sql.generation import GenerationStep
 from memstore.sql.schema import (
     adk_state,
@@ -60,6 +60,34 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     return query
 
 
+def _newest_rows_statement(before: bool) -> sa.Select[Any]:
+    query = (
+        sa.select(original.c.id, original.c.payload)
+        .where(in_app(original, sa.bindparam("app_id")), original.c.is_deleted == sa.false())
+        .order_by(*newest_first(original))
+        .limit(sa.bindparam("row_limit", type_=sa.Integer))
+    )
+    if before:
+        query = query.where(original.c.id < sa.bindparam("before_id", type_=sa.BigInteger))
+    return query
+
+
+_NEWEST_ROWS = _newest_rows_statement(before=False)
+_NEWEST_ROWS_BEFORE = _newest_rows_statement(before=True)
+
+
+def newest_rows_statement(
+    app_id: str, request: RowRequest
+) -> tuple[sa.Select[Any], dict[str, Any]]:
+    """:func:`newest_rows_query` as one statement built once per process and its parameters:
+    no per-call construction, and SQLAlchemy's compiled cache finds it by identity."""
+    params: dict[str, Any] = {"app_id": app_id, "row_limit": request.limit}
+    if request.before_id is None:
+        return _NEWEST_ROWS, params
+    params["before_id"] = request.before_id
+    return _NEWEST_ROWS_BEFORE, params
+
+
 def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]:
     """One keyset page of the app's non-deleted original rows with ``id > after_id``, oldest
     first: the walk over a whole history (CLI, adapters)."""
@@ -82,7 +110,7 @@ def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     return out
 
 
-def newest_id_query(app_id: str) -> sa.Select[Any]:
+def newest_id_query(app_id: str | sa.BindParameter[str]) -> sa.Select[Any]:
     """The app's newest id in each history (``None`` for an empty one), deleted rows
     included: one row, two index lookups."""
 
@@ -96,6 +124,10 @@ def newest_id_query(app_id: str) -> sa.Select[Any]:
         )
 
     return sa.select(newest(original), newest(display))
+
+
+NEWEST_IDS = newest_id_query(sa.bindparam("app_id", type_=sa.String))
+""":func:`newest_id_query` built once, the app id bound as ``:app_id``."""
 
 
 def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
@@ -181,7 +213,8 @@ def insert_plan(
     of the app below the new ids, else :class:`~memstore.errors.UnknownToolCallError`.
     """
     step = generation.bump(conn, app_id)
-    ids = issue_ids(plan.id_count, newest_of(*conn.execute(newest_id_query(app_id)).one()))
+    newest = conn.execute(NEWEST_IDS, {"app_id": app_id}).one()
+    ids = issue_ids(plan.id_count, newest_of(*newest))
     missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
     if missing:
         raise unknown_call_error(app_id, missing)
@@ -211,11 +244,18 @@ class SqlHistory:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._read_options = read_options(engine)
 
     def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
-        """Rows for the loader, chronological."""
-        with translated_errors("reading history"), self.engine.connect() as conn:
-            return rows_to_messages(conn.execute(newest_rows_query(app_id, request)))
+        """Rows for the loader, chronological: one statement, all rows in one fetch."""
+        statement, params = newest_rows_statement(app_id, request)
+        with translated_errors("reading history"):
+            rows = read_retrying(
+                self.engine,
+                lambda conn: conn.execute(statement, params).all(),
+                **self._read_options,
+            )
+        return rows_to_messages(rows)
 
     def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
@@ -225,13 +265,17 @@ class SqlHistory:
         """
         if not plan.id_count:
             return [], None
-        with translated_errors("writing history"), self.engine.begin() as conn:
-            return insert_plan(conn, app_id, plan, issue_ids)
+        with translated_errors("writing history"):
+            return write_retrying(
+                self.engine, lambda conn: insert_plan(conn, app_id, plan, issue_ids)
+            )
 
     def generation(self, app_id: str) -> int:
         """The app's generation (see :mod:`memstore.sql.generation`)."""
-        with translated_errors("reading history"), self.engine.connect() as conn:
-            return generation.read(conn, app_id)
+        with translated_errors("reading history"):
+            return read_retrying(
+                self.engine, lambda conn: generation.read(conn, app_id), **self._read_options
+            )
 
     def history(self, app_id: str, limit: int, before_id: int | None) -> list[DisplayEntry]:
         with translated_errors("reading display history"), self.engine.connect() as conn:

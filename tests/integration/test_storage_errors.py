@@ -282,27 +282,32 @@ def test_a_value_too_long_error_carries_no_data(
         engine.dispose()
 
 
-def kill_own_connection_before_insert(engine: Engine, admin: Engine | None) -> None:
-    """Break the connection the moment the first INSERT is about to run."""
+def kill_connection(engine: Engine, admin: Engine | None, raw: Any) -> None:
+    """Break one pooled DBAPI connection as a server restart or a network cut would."""
+    if engine.dialect.name == "sqlite":
+        raw.close()
+        return
+    assert admin is not None
+    with admin.connect() as other:
+        if engine.dialect.name == "postgresql":
+            other.execute(
+                sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": raw.info.backend_pid}
+            )
+        else:
+            other.execute(sa.text(f"KILL {int(raw.thread_id())}"))
+
+
+def kill_own_connection_before_insert(engine: Engine, admin: Engine | None, times: int = 2) -> None:
+    """Break the connection the moment an INSERT is about to run, ``times`` times (a write
+    that finds its connection dead before the commit is retried once on a fresh one)."""
     done: list[bool] = []
 
     @event.listens_for(engine, "before_cursor_execute")
     def _kill(conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
-        if done or not statement.lstrip().upper().startswith("INSERT"):
+        if len(done) >= times or not statement.lstrip().upper().startswith("INSERT"):
             return
         done.append(True)
-        raw = conn.connection.dbapi_connection
-        if engine.dialect.name == "sqlite":
-            raw.close()
-            return
-        assert admin is not None
-        with admin.connect() as other:
-            if engine.dialect.name == "postgresql":
-                other.execute(
-                    sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": raw.info.backend_pid}
-                )
-            else:
-                other.execute(sa.text(f"KILL {int(raw.thread_id())}"))
+        kill_connection(engine, admin, conn.connection.dbapi_connection)
 
 
 @pytest.mark.parametrize("db_url", DATABASES, indirect=True)
@@ -324,6 +329,52 @@ def test_a_connection_broken_mid_write_carries_no_data(
         engine.dispose()
         if admin is not None:
             admin.dispose()
+
+
+@pytest.mark.parametrize("db_url", DATABASES, indirect=True)
+def test_a_write_whose_connection_dies_before_commit_is_retried_once(db_url: str) -> None:
+    engine = make_engine(db_url)
+    admin = None if engine.dialect.name == "sqlite" else make_engine(db_url)
+    kill_own_connection_before_insert(engine, admin, times=1)
+    store = MemoryStore(Settings(database_url=db_url, worker_id=SESSION_WORKER_ID), engine=engine)
+    app = f"retry-{uuid.uuid4().hex[:8]}"
+    try:
+        ids = store.append(app, [UserMessage(text="one"), UserMessage(text="two")])
+        assert len(ids) == 2
+        # written exactly once: the first attempt's transaction died with its connection
+        assert [m.text for m in store.load_window(app, 10)] == ["one", "two"]
+        assert [e.text for e in store.history(app)] == ["two", "one"]
+    finally:
+        store.purge(app)
+        store.close()
+        engine.dispose()
+        if admin is not None:
+            admin.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["postgres", "mysql"], indirect=True)
+def test_a_read_on_a_pooled_connection_killed_meanwhile_is_retried(db_url: str) -> None:
+    """No ping on a just-used connection (it would cost a round trip per read): the read
+    that finds it dead runs once more on a fresh connection."""
+    engine = make_engine(db_url)
+    admin = make_engine(db_url)
+    store = MemoryStore(Settings(database_url=db_url, worker_id=SESSION_WORKER_ID), engine=engine)
+    app = f"reread-{uuid.uuid4().hex[:8]}"
+    try:
+        store.append(app, [UserMessage(text="kept")])
+        for _ in range(2):
+            pooled = [engine.connect() for _ in range(max(1, engine.pool.checkedin()))]
+            raws = [conn.connection.dbapi_connection for conn in pooled]
+            for conn in pooled:
+                conn.close()
+            for raw in raws:  # every pooled connection: whichever the read checks out
+                kill_connection(engine, admin, raw)
+            assert [m.text for m in store.load_window(app, 5)] == ["kept"]
+    finally:
+        store.purge(app)
+        store.close()
+        engine.dispose()
+        admin.dispose()
 
 
 @pytest.mark.parametrize("db_url", DATABASES, indirect=True)

@@ -1,0 +1,243 @@
+"""Where the time of ``load_window``, a 20-message ``append`` and a hot ``messages()`` goes.
+
+Every piece is timed round-robin with the whole call and the raw driver, so the pieces of one
+row of the output were measured at the same moments. "before" rows replay the read and write
+paths as they were before issue 14 (``pool_pre_ping`` on every checkout, ``BEGIN``/``ROLLBACK``
+around a read, the statement built per call, rows fetched one at a time, the generation read
+back with a second ``SELECT``), on the same tables.
+
+    python -m benchmarks.breakdown [--quick] [--databases sqlite,postgres]
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from benchmarks.common import (
+    Options,
+    Report,
+    Sample,
+    analyze,
+    markdown_table,
+    parse_options,
+    ratio,
+    scratch_database,
+    time_interleaved,
+    us,
+)
+from benchmarks.compare import (
+    RAW_READ,
+    private_redis,
+    psycopg_conninfo,
+    raw_writer,
+    twenty_message_turn,
+)
+from benchmarks.dataset import AppPlan, TextSource, bulk_load
+from memstore import MemoryStore, Settings
+from memstore.cache import keys
+from memstore.core.display import display_drafts
+from memstore.core.loader import LOOKAHEAD_ROWS, RowRequest, run_steps, window_steps
+from memstore.core.rows import decode_payload
+from memstore.core.window import StoredMessage, answer_open_group, select_window
+from memstore.messages import parse_message
+from memstore.sql import generation
+from memstore.sql.engine import ENGINE_OPTIONS
+from memstore.sql.repository import newest_rows_query, rows_to_messages
+
+WINDOW = 50
+
+
+def run(options: Options, log: Callable[[str], None] = print) -> Report:
+    rounds = 150 if options.quick else 600
+    report = Report("breakdown: where the time goes (µs, medians, round-robin)")
+    run_id = uuid.uuid4().hex[:6]
+    app = f"bd-{run_id}"
+    with ExitStack() as stack:
+        for name in options.databases:
+            url = stack.enter_context(scratch_database(name, options, "bd"))
+            store = stack.enter_context(MemoryStore(Settings(database_url=url)))
+            bulk_load(
+                [store.engine],
+                [AppPlan(app, 2_000, "bd1"), AppPlan(f"{app}-o", 20_000, "bd2")],
+                options.seed,
+            )
+            analyze(store.engine)
+            log(f"breakdown[{name}]: load_window ...")
+            report.blocks.append(read_breakdown(name, url, store, app, rounds))
+            log(f"breakdown[{name}]: append ...")
+            report.blocks.append(write_breakdown(name, url, store, run_id, rounds // 2))
+        redis_url = stack.enter_context(private_redis())
+        if redis_url is not None:
+            log("breakdown: hot messages() ...")
+            sqlite_url = stack.enter_context(scratch_database("sqlite", options, "bdh"))
+            report.blocks.append(hot_breakdown(sqlite_url, redis_url, app, rounds * 4))
+    return report
+
+
+def _table(title: str, samples: dict[str, Sample], whole: str) -> str:
+    rows = [
+        [label, us(sample.median), us(sample.p95), f"{sample.median / samples[whole].median:.0%}"]
+        for label, sample in samples.items()
+    ]
+    return f"**{title}**\n\n" + markdown_table(
+        ["piece", "median µs", "p95 µs", "share of the call"], rows, align="lrrr"
+    )
+
+
+def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: int) -> str:
+    limit = WINDOW + LOOKAHEAD_ROWS
+    old_engine = (
+        sa.create_engine(url, pool_pre_ping=True, **ENGINE_OPTIONS)
+        if name != "sqlite"
+        else store.engine
+    )
+    payloads = store.engine.connect()
+    rows = payloads.execute(newest_rows_query(app, RowRequest(limit))).all()
+    payloads.close()
+    decoded = rows_to_messages(rows)
+
+    def before() -> object:
+        def fetch(request: RowRequest) -> list[StoredMessage]:
+            with old_engine.connect() as conn:
+                return rows_to_messages(conn.execute(newest_rows_query(app, request)))
+
+        return run_steps(window_steps(WINDOW, start_at_user=False), fetch)
+
+    statement_sql = RAW_READ.replace("LIMIT 50", f"LIMIT {limit}")
+    if name == "sqlite":
+        import sqlite3
+
+        raw = sqlite3.connect(str(make_url(url).database))
+        sql = statement_sql.format(p="?", f="0")
+
+        def raw_read() -> object:
+            return raw.execute(sql, (app,)).fetchall()
+    else:
+        import psycopg
+
+        praw = psycopg.connect(psycopg_conninfo(url), autocommit=True)
+        psql = statement_sql.format(p="%s", f="false")
+
+        def raw_read() -> object:
+            return praw.execute(psql, (app,), prepare=True).fetchall()
+
+    sql_history = store._sql
+
+    calls: dict[str, Callable[[], object]] = {
+        "load_window(app, 50), now": lambda: store.load_window(app, WINDOW),
+        "load_window, before (replayed)": before,
+        f"raw driver, {limit} rows": raw_read,
+        f"SQL fetch of {limit} rows (pool, statement, driver), now": lambda: sql_history.fetch(
+            app, RowRequest(limit)
+        ),
+        f"decode {limit} payloads (pydantic)": lambda: [
+            decode_payload(r.payload, r.id) for r in rows
+        ],
+        "edge check (select_window)": lambda: select_window(
+            decoded, WINDOW, history_complete=False
+        ),
+        "build the statement per call (before)": lambda: newest_rows_query(app, RowRequest(limit)),
+    }
+    samples = dict(
+        zip(calls, time_interleaved(list(calls.values()), warmup=20, rounds=rounds), strict=True)
+    )
+    if name != "sqlite":
+        old_engine.dispose()
+        praw.close()
+    else:
+        raw.close()
+    return _table(f"{name}: load_window(app, 50)", samples, "load_window(app, 50), now")
+
+
+def write_breakdown(name: str, url: str, store: MemoryStore, run_id: str, rounds: int) -> str:
+    texts = TextSource(3)
+    turns = [twenty_message_turn(random.Random(i), texts) for i in range(6)]
+    counter = iter(range(1 << 40))
+    old_engine = (
+        sa.create_engine(url, pool_pre_ping=True, **ENGINE_OPTIONS) if name != "sqlite" else None
+    )
+    old_store = MemoryStore(Settings(database_url=url), engine=old_engine) if old_engine else store
+
+    def turn() -> list[Any]:
+        return turns[next(counter) % len(turns)]
+
+    def before() -> object:
+        original_flag = generation.returns_generation
+        generation.returns_generation = lambda _dialect: False  # type: ignore[assignment]
+        try:
+            return old_store.append(f"bw-{run_id}-b", turn())
+        finally:
+            generation.returns_generation = original_flag
+
+    def prepare() -> object:
+        batch = [parse_message(m) for m in turn()]
+        drafts = display_drafts(batch, store._formatters)
+        return store._plan(f"bw-{run_id}-p", None, batch, drafts)
+
+    write, close = raw_writer(name, url)
+    calls: dict[str, Callable[[], object]] = {
+        "append(20 messages), now": lambda: store.append(f"bw-{run_id}-n", turn()),
+        "append, before (pre-ping, SELECT after the upsert)": before,
+        "raw 20-row transaction": lambda: write(turn()),
+        "validate + display rows + plan (no I/O)": prepare,
+    }
+    samples = dict(
+        zip(calls, time_interleaved(list(calls.values()), warmup=5, rounds=rounds), strict=True)
+    )
+    close()
+    if old_engine is not None:
+        old_store.close()
+        old_engine.dispose()
+    return _table(f"{name}: durable 20-message append", samples, "append(20 messages), now")
+
+
+def hot_breakdown(url: str, redis_url: str, app: str, rounds: int) -> str:
+    import redis
+
+    store = MemoryStore(Settings(database_url=url, redis_url=redis_url))
+    texts = TextSource(4)
+    for i in range(4):
+        store.append(app, twenty_message_turn(random.Random(i), texts))
+    store.memory(app).messages()
+    client = redis.Redis.from_url(redis_url)
+    key = keys.window_key(app)
+    cached = store.cache.read(app).messages or []
+    calls: dict[str, Callable[[], object]] = {
+        "memory(app).messages()": lambda: store.memory(app).messages(),
+        "raw LRANGE": lambda: client.lrange(key, 0, -1),
+        "cache.read (LRANGE + decode entries)": lambda: store.cache.read(app),
+        "answer_open_group": lambda: answer_open_group(cached),
+    }
+    samples = dict(
+        zip(calls, time_interleaved(list(calls.values()), warmup=50, rounds=rounds), strict=True)
+    )
+    store.close()
+    client.close()
+    hot_ratio = samples["memory(app).messages()"].median / samples["raw LRANGE"].median
+    title = f"Redis: hot window ({len(cached)} messages)"
+    return (
+        _table(title, samples, "memory(app).messages()")
+        + f"\n\nmessages() / LRANGE: {ratio(hot_ratio)}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(argv, __doc__ or "")
+    started = time.perf_counter()
+    report = run(options, log=lambda line: print(line, file=sys.stderr))
+    print(report.render())
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

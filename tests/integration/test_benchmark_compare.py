@@ -1,0 +1,32 @@
+"""Smoke test of ``python -m benchmarks.compare``: a tiny run on SQLite completes and prints
+its table and targets. Nothing is timed or compared here; the numbers are not checked."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("benchmarks.compare")
+
+from benchmarks import compare
+from benchmarks.common import Options
+
+pytestmark = pytest.mark.slow
+
+
+def test_tiny_compare_run_prints_every_measure() -> None:
+    options = Options(
+        quick=True,
+        databases=("sqlite",),
+        postgres_url="",
+        redis_url="",
+        seed=1,
+        profile=False,
+    )
+    report = compare.run(options, log=lambda _line: None, plan=compare.TINY)
+    text = report.render()
+    assert "sqlite: newest 50 of 100" in text
+    assert "memstore load_window" in text
+    assert "raw sqlite3 LIMIT 50" in text
+    assert "sqlite: durable 20-message turn" in text
+    assert "8 writers" in text
+    assert any(check.what == "async / sync" for check in report.checks)

@@ -186,7 +186,7 @@ def show(
             window = store.load_window(app, limit or store.settings.reload_max)
             rows = [(None, message) for message in window]
         else:
-            newest = deque(admin.iter_history(store.engine, app), limit)
+            newest = deque(admin.iter_history(store.engine, app, store.cipher), limit)
             rows = [(row.id, row.message) for row in newest]
         if fmt in PROVIDER_FORMATS:
             _emit_json(_provider_format([message for _, message in rows], fmt))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from memstore.core.crypto import EncryptionKey, parse_keys
 from memstore.errors import ConfigurationError, describe_validation_error
 
 ENV_PREFIX = "MEMSTORE_"
@@ -68,6 +69,13 @@ class Settings(BaseModel):
     retention_days: int | None = Field(default=None, ge=1)
     """Default age limit of ``memstore prune`` when no ``--older-than``/``--keep-last`` is
     given (for a scheduled ``memstore prune --all --yes``); ``None``: no default."""
+    encryption_keys: tuple[EncryptionKey, ...] = ()
+    """Encryption at rest: ``KEY_ID:BASE64KEY`` entries (a 256-bit key in standard base64
+    each), comma-separated; the first seals every new value, all of them open stored ones.
+    Empty: nothing is encrypted. Needs the ``crypto`` extra. Never shown in errors or ``repr``."""
+    encrypt_cache: bool = True
+    """With ``encryption_keys``: also seal the messages of cached Redis windows (the
+    in-process cache keeps plain objects in memory either way)."""
 
     @field_validator(
         "window_size",
@@ -100,6 +108,11 @@ class Settings(BaseModel):
             raise ValueError("must be auto or an integer in 0..1023")
         return value
 
+    @field_validator("encryption_keys", mode="before")
+    @classmethod
+    def _parse_encryption_keys(cls, value: object) -> object:
+        return parse_keys(value)
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str) -> str:
@@ -126,6 +139,9 @@ class Settings(BaseModel):
             super().__init__(**data)
         except ValidationError as error:
             details = describe_validation_error(error)
+            if any(item["loc"][:1] == ("encryption_keys",) for item in error.errors()):
+                # ``from None``: the validation error quotes its input, i.e. key material
+                raise ConfigurationError(f"invalid memstore settings: {details}") from None
             raise ConfigurationError(f"invalid memstore settings: {details}") from error
 
     @classmethod

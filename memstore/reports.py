@@ -94,3 +94,21 @@ class ImportReport(_Report):
     """Records read after the header."""
     apps: dict[str, ImportCounts]
     total: ImportCounts
+
+
+class RekeyTableCounts(_Report):
+    """What a rekey did to one table's encrypted column."""
+
+    rekeyed: int = 0
+    """Values sealed again under the current key (with ``dry_run``: values that would be)."""
+    conflicts: int = 0
+    """Values a concurrent writer changed or deleted first (left to it; rerun to be sure)."""
+
+
+class RekeyReport(_Report):
+    """The outcome of ``memstore rekey`` (:func:`memstore.sql.rekey.rekey`)."""
+
+    key_id: str
+    """The key every value is now sealed under (the first of ``encryption_keys``)."""
+    dry_run: bool = False
+    tables: dict[str, RekeyTableCounts]

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import make_url
 
 from memstore.config import Settings
+from memstore.core.crypto import RowCipher
 from memstore.core.display import DisplayDraft, ToolFormatter
 from memstore.core.inputs import MAX_WINDOW_MESSAGES
 from memstore.core.leases import HeldLease, id_floor
@@ -54,6 +55,9 @@ class StoreBase:
         token_counter: TokenCounter | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        self.cipher = RowCipher(self.settings.encryption_keys)
+        """Seals and opens stored texts with ``settings.encryption_keys`` (the identity, and
+        a refusal of sealed values, when none are set)."""
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         """Counts a message's tokens for token budgets (default: :func:`approximate_tokens`)."""
         self._count = checked_counter(self.token_counter)

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from benchmarks import hot_read, load_window, local_cache
+from benchmarks import encryption, hot_read, load_window, local_cache
 from benchmarks.common import (
     Options,
     Report,
@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[Options, Callable[[str], None]], Report]] = {
     "hot_read": hot_read.run,
     "load_window": load_window.run,
     "local_cache": local_cache.run,
+    "encryption": encryption.run,
 }
 
 

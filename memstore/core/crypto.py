@@ -22,6 +22,7 @@ import base64
 import binascii
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,20 @@ def sealed_key_id(value: str) -> str | None:
     return key_id if sep else None
 
 
+_PREFIX_CHARS = len(ENVELOPE_PREFIX)
+
+
+def _b64decode(text: str) -> bytes:
+    """Strict standard base64 (a stray character is an error, not skipped)."""
+    if sys.version_info >= (3, 11):
+        return binascii.a2b_base64(text, strict_mode=True)
+    return base64.b64decode(text, validate=True)  # pragma: no cover - Python 3.10
+
+
+def _where(column: str, app_id: str, row_key: object) -> str:
+    return f"{column} of row {row_key!s:.80} of app {app_id!r}"
+
+
 def _associated(column: str, app_id: str, row_key: object, key_id: str) -> bytes:
     return f"memstore/1\x00{column}\x00{app_id}\x00{row_key}\x00{key_id}".encode()
 
@@ -158,40 +173,45 @@ class RowCipher:
         """The plaintext of a stored value (a plaintext value as it is)."""
         if not stored.startswith(ENVELOPE_PREFIX):
             return stored
-        where = f"{column} of row {row_key!s:.80} of app {app_id!r}"
-        key_id, sep, encoded = stored[len(ENVELOPE_PREFIX) :].partition(":")
-        if not sep or not KEY_ID_PATTERN.fullmatch(key_id):
-            raise DecryptionError(f"{where}: malformed encryption envelope")
-        aead = self._aeads.get(key_id)
+        key_id, sep, encoded = stored[_PREFIX_CHARS:].partition(":")
+        aead = self._aeads.get(key_id) if sep else None
         if aead is None:
-            state = "is not configured" if self.enabled else "is needed but encryption is off"
-            raise UnknownKeyError(
-                f"{where} is sealed under key id {key_id!r}, which {state} "
-                "(MEMSTORE_ENCRYPTION_KEYS)",
-                key_id=key_id,
-            )
+            raise self._unopenable(key_id if sep else "", column, app_id, row_key)
         try:
-            raw = base64.b64decode(encoded, validate=True)
+            raw = _b64decode(encoded)
         except (binascii.Error, ValueError):
             raise DecryptionError(
-                f"{where}: malformed encryption envelope", key_id=key_id
+                f"{_where(column, app_id, row_key)}: malformed encryption envelope", key_id=key_id
             ) from None
-        if len(raw) < NONCE_BYTES + TAG_BYTES:
-            raise DecryptionError(f"{where}: truncated ciphertext", key_id=key_id)
         try:
             plain: bytes = aead.decrypt(
                 raw[:NONCE_BYTES], raw[NONCE_BYTES:], _associated(column, app_id, row_key, key_id)
             )
-        except Exception as error:  # cryptography's InvalidTag: altered, moved or wrong key
+        except Exception as error:  # InvalidTag: altered, moved or wrong key; or too short
             raise DecryptionError(
-                f"{where} failed to decrypt under key id {key_id!r} (altered, copied from "
-                f"another row or app, or not the key that sealed it: {type(error).__name__})",
+                f"{_where(column, app_id, row_key)} failed to decrypt under key id {key_id!r} "
+                "(altered, copied from another row or app, or not the key that sealed it: "
+                f"{type(error).__name__})",
                 key_id=key_id,
             ) from None
         try:
             return plain.decode("utf-8")
         except UnicodeDecodeError:  # pragma: no cover - authenticated, so written by us
-            raise EncryptionError(f"{where}: decrypted value is not UTF-8") from None
+            raise EncryptionError(
+                f"{_where(column, app_id, row_key)}: decrypted value is not UTF-8"
+            ) from None
+
+    def _unopenable(
+        self, key_id: str, column: str, app_id: str, row_key: object
+    ) -> DecryptionError:
+        where = _where(column, app_id, row_key)
+        if not KEY_ID_PATTERN.fullmatch(key_id):
+            return DecryptionError(f"{where}: malformed encryption envelope")
+        state = "is not configured" if self.enabled else "is needed but encryption is off"
+        return UnknownKeyError(
+            f"{where} is sealed under key id {key_id!r}, which {state} (MEMSTORE_ENCRYPTION_KEYS)",
+            key_id=key_id,
+        )
 
     def seal_bytes(self, data: bytes, column: str, app_id: str, row_key: object) -> bytes:
         """Like :meth:`seal` for a byte string that is UTF-8 text (cache entries)."""

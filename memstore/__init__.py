@@ -45,6 +45,8 @@ from memstore.reports import (
     ImportReport,
     PruneReport,
     PurgeReport,
+    RekeyReport,
+    RekeyTableCounts,
     ReloadReport,
 )
 from memstore.store import ChatMemory, MemoryStore
@@ -86,6 +88,8 @@ __all__ = [
     "MissingExtraError",
     "PruneReport",
     "PurgeReport",
+    "RekeyReport",
+    "RekeyTableCounts",
     "ReloadReport",
     "SchemaError",
     "Settings",

@@ -110,5 +110,6 @@ class RekeyReport(_Report):
 
     key_id: str
     """The key every value is now sealed under (the first of ``encryption_keys``)."""
-    dry_run: bool = False
     tables: dict[str, RekeyTableCounts]
+    """Per table (``chat_history_original``, ``chat_history``, ``tool_executions``)."""
+    dry_run: bool = False

@@ -420,7 +420,7 @@ def _swap_record(conn: Connection, record: ConversationRecord, expected: str | N
         raise ConversationConflict(conversation_id)
 
 
-def _archive_after(conn: Connection, app_id: str, depth: int) -> None:
+def _archive_after(conn: Connection, app_id: str, depth: int, cipher: RowCipher) -> None:
     """Move the app's entries deeper than ``depth`` (and their rows) to a new archive app."""
     moved = conn.execute(
         sa.select(sa.func.min(entries_table.c.first_row)).where(
@@ -431,11 +431,26 @@ def _archive_after(conn: Connection, app_id: str, depth: int) -> None:
         return
     generation.bump(conn, app_id)  # the app's history changes: cached windows must see it
     archive = f"{ARCHIVE_PREFIX}{uuid.uuid4().hex}"
-    conn.execute(
-        original.update()
-        .where(original.c.app_id == app_id, original.c.id >= moved)
-        .values(app_id=archive)
-    )
+    if cipher.enabled:  # a sealed payload is bound to its app: seal it again for the archive
+        rows = conn.execute(
+            sa.select(original.c.id, original.c.payload).where(
+                original.c.app_id == app_id, original.c.id >= moved
+            )
+        ).all()
+        for row in rows:
+            conn.execute(
+                original.update()
+                .where(original.c.id == row.id)
+                .values(
+                    app_id=archive, payload=_moved_payload(cipher, row, app_id, archive, row.id)
+                )
+            )
+    else:
+        conn.execute(
+            original.update()
+            .where(original.c.app_id == app_id, original.c.id >= moved)
+            .values(app_id=archive)
+        )
     conn.execute(
         entries_table.update()
         .where(entries_table.c.app_id == app_id, entries_table.c.depth > depth)
@@ -509,7 +524,7 @@ def _move_head(
             raise ConversationConflict(conversation_id)
         missing.append(location)
         current = location.parent_id
-    _archive_after(conn, app_id, -1 if junction is None else junction.depth)
+    _archive_after(conn, app_id, -1 if junction is None else junction.depth, store.cipher)
     for location in reversed(missing):
         _copy_entry(conn, store, location, app_id)
 

@@ -38,7 +38,7 @@ KEY_BYTES = 32
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 
 ORIGINAL_PAYLOAD = "chat_history_original.payload"
-DISPLAY_CONTENT = "chat_history_display.content"
+DISPLAY_CONTENT = "chat_history.content"
 EXECUTION_RESULT = "tool_executions.result"
 CACHE_ENTRY = "window-cache.entry"
 """The columns (and the cache) a value is bound to: part of its associated data."""

@@ -74,7 +74,7 @@ def original_record(row: Mapping[str, Any], message: Message) -> dict[str, Any]:
 
 
 def display_record(row: Mapping[str, Any], cipher: RowCipher) -> dict[str, Any]:
-    """The record of one ``chat_history_display`` row (its text opened by ``cipher``)."""
+    """The record of one ``chat_history`` row (its text opened by ``cipher``)."""
     return {
         "record": DISPLAY,
         "id": row["id"],

@@ -51,7 +51,7 @@ class _Column:
 
 COLUMNS = (
     _Column("chat_history_original", original, "payload", ORIGINAL_PAYLOAD, ("id",)),
-    _Column("chat_history_display", display, "content", DISPLAY_CONTENT, ("id",)),
+    _Column("chat_history", display, "content", DISPLAY_CONTENT, ("id",)),
     _Column(
         "tool_executions",
         tool_executions,

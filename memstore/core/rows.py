@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memstore.core.crypto import DISPLAY_CONTENT, ORIGINAL_PAYLOAD, RowCipher
+from memstore.core.crypto import DISPLAY_CONTENT, ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.display import DisplayDraft
 from memstore.errors import StorageError
 from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
@@ -50,7 +50,16 @@ def open_payload(cipher: RowCipher, app_id: str, row_id: int, payload: str) -> s
 
 
 def decode_row(cipher: RowCipher, app_id: str, row_id: int, payload: str) -> Message:
-    """The message of one stored original row (opened, then parsed)."""
+    """The message of one stored original row (opened, then parsed). Without keys the payload
+    is parsed as it is (nothing added to the read path); a sealed one then fails to parse and
+    raises :class:`~memstore.errors.UnknownKeyError` naming its key id."""
+    if not cipher.enabled:
+        try:
+            return decode_payload(payload, row_id)
+        except StorageError:
+            if is_sealed(payload):
+                cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id)  # raises, naming the key
+            raise
     return decode_payload(cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id), row_id)
 
 

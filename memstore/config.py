@@ -11,7 +11,14 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -112,6 +119,11 @@ class Settings(BaseModel):
     @classmethod
     def _parse_encryption_keys(cls, value: object) -> object:
         return parse_keys(value)
+
+    @field_serializer("encryption_keys")
+    def _key_ids_only(self, keys: tuple[EncryptionKey, ...]) -> list[str]:
+        """``model_dump()`` and JSON show the key ids, never key material."""
+        return [key.key_id for key in keys]
 
     @field_validator("database_url")
     @classmethod

@@ -243,7 +243,7 @@ def test_switching_on_reads_old_rows_and_rekey_seals_them(
         dry = rekeying.rekey(dry_run=True, app_ids=[app_id])
         assert dry.dry_run and dry.tables["chat_history_original"].rekeyed >= 4
         assert any(words["question"] in v for v in raw_values(make_store.engine, app_id))
-        done = rekeying.rekey(batch_size=2, app_ids=[app_id])
+        done = rekeying.rekey(batch_size=1, app_ids=[app_id])  # keyset pages of one row
         assert done.tables["chat_history_original"].rekeyed >= 4
         assert done.tables["tool_executions"].rekeyed >= 1
         values = raw_values(make_store.engine, app_id)

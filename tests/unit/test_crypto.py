@@ -115,6 +115,8 @@ def test_settings_parse_and_never_show_keys() -> None:
     assert [k.key_id for k in settings.encryption_keys] == ["k2", "k1"]
     assert settings.encrypt_cache is False
     assert K1 not in repr(settings) and K2 not in repr(settings) and K2 not in str(settings)
+    assert settings.model_dump()["encryption_keys"] == ["k2", "k1"]
+    assert K1 not in settings.model_dump_json() and "k1" in settings.model_dump_json()
     assert Settings().encryption_keys == () and Settings().encrypt_cache is True
     same = Settings(encryption_keys=[EncryptionKey("k", b"\x00" * 32)])
     assert same.encryption_keys[0].key == b"\x00" * 32

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from benchmarks import compare, hot_read, load_window, local_cache
+from benchmarks import compare, encryption, hot_read, load_window, local_cache
 from benchmarks.common import (
     Options,
     Report,
@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, Callable[[Options, Callable[[str], None]], Report]] = {
     "hot_read": hot_read.run,
     "load_window": load_window.run,
     "local_cache": local_cache.run,
+    "encryption": encryption.run,
     # last: it seeds the largest data set (>= 1M rows per system at full size)
     "compare": compare.run,
 }

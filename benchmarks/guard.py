@@ -145,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         with store.engine.connect() as conn:
             rows = rows_to_messages(
-                conn.execute(newest_rows_query(blocked_app, RowRequest(args.history_rows)))
+                conn.execute(newest_rows_query(blocked_app, RowRequest(args.history_rows))),
+                blocked_app,
+                store.cipher,
             )
 
         cases: list[tuple[str, str, Callable[[], object]]] = [

@@ -63,7 +63,7 @@ from memstore.core.plans import (
     reload_report,
 )
 from memstore.core.retention import RetentionRule
-from memstore.core.rows import decode_payload
+from memstore.core.rows import decode_row
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window
@@ -155,9 +155,9 @@ class AsyncMemoryStore(StoreBase):
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
-        self._sql = AsyncSqlHistory(self.engine)
-        self._retention = AsyncSqlRetention(self.engine)
-        self._export = AsyncSqlExport(self.engine)
+        self._sql = AsyncSqlHistory(self.engine, self.cipher)
+        self._retention = AsyncSqlRetention(self.engine, self.cipher)
+        self._export = AsyncSqlExport(self.engine, self.cipher)
         self._owns_cache = cache is None
         self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
         # See MemoryStore: an in-process window is checked against the app's SQL generation.
@@ -443,22 +443,24 @@ class AsyncMemoryStore(StoreBase):
         if user is not None:
             calls: dict[str, list[str]] = {}
             async for row in self._export.user_rows(original, user):
-                message = decode_payload(row["payload"], row["id"])
+                message = decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
                 calls.setdefault(row["app_id"], []).extend(requested_call_ids(message))
                 yield original_record(row, message)
             async for row in self._export.user_rows(display, user):
-                yield display_record(row)
+                yield display_record(row, self.cipher)
             for app, call_ids in sorted(calls.items()):
                 async for row in self._export.executions_for_calls(app, call_ids):
-                    yield execution_record(row)
+                    yield execution_record(row, self.cipher)
             return
         async for app in _apps_to_export(self.engine, apps):
             async for row in self._export.app_rows(original, app):
-                yield original_record(row, decode_payload(row["payload"], row["id"]))
+                yield original_record(
+                    row, decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
+                )
             async for row in self._export.app_rows(display, app):
-                yield display_record(row)
+                yield display_record(row, self.cipher)
             async for row in self._export.app_executions(app):
-                yield execution_record(row)
+                yield execution_record(row, self.cipher)
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> ImportReport:
         """See :meth:`memstore.MemoryStore.import_records`."""

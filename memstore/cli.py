@@ -188,7 +188,7 @@ def show(
             window = store.load_window(app, limit or store.settings.reload_max)
             rows = [(None, message) for message in window]
         else:
-            newest = deque(admin.iter_history(store.engine, app), limit)
+            newest = deque(admin.iter_history(store.engine, app, store.cipher), limit)
             rows = [(row.id, row.message) for row in newest]
         if fmt in PROVIDER_FORMATS:
             _emit_json(_provider_format([message for _, message in rows], fmt))
@@ -994,3 +994,69 @@ def _import_sessions(
             err=True,
         )
         raise SystemExit(EXIT_FINDINGS)
+
+
+# -- encryption at rest: rekey --------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("app_ids", nargs=-1)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1, max=100_000),
+    default=500,
+    show_default=True,
+    help="Rows per batch (one short transaction each).",
+)
+@click.option("--dry-run", is_flag=True, help="Only count the values that would be sealed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@database_option
+def rekey(
+    app_ids: tuple[str, ...],
+    batch_size: int,
+    dry_run: bool,
+    as_json: bool,
+    database_url: str | None,
+) -> None:
+    """Seal every stored text that is plaintext or under an older key with the first key of
+    MEMSTORE_ENCRYPTION_KEYS (all of APP_IDs, or every app when none is given).
+
+    Batches commit one by one with a compare-and-set per row, so service traffic keeps
+    flowing and no concurrent write is lost; rerun it after an interruption to resume.
+    """
+    with _open(database_url, None) as store:
+        if not store.cipher.enabled:
+            raise click.UsageError("set MEMSTORE_ENCRYPTION_KEYS first (the first key seals)")
+        from memstore.sql.rekey import count_stale
+
+        apps = list(app_ids) or None
+        total = count_stale(store.engine, store.cipher, apps)
+        key_id = store.cipher.current_key_id
+        click.echo(
+            f"rekey {total} values to key id {key_id!r}" + (" (dry run)" if dry_run else ""),
+            err=True,
+        )
+        with click.progressbar(length=total, label="rekeying", file=sys.stderr) as bar:
+            try:
+                report = store.rekey(
+                    batch_size,
+                    dry_run=dry_run,
+                    app_ids=apps,
+                    progress=lambda _table, rows: bar.update(rows),
+                )
+            except KeyboardInterrupt:
+                click.echo("interrupted: run it again to resume", err=True)
+                raise SystemExit(EXIT_FINDINGS) from None
+        if not dry_run:
+            audit.info(
+                "rekey key_id=%r %s",
+                key_id,
+                " ".join(f"{name}={c.rekeyed}" for name, c in report.tables.items()),
+            )
+        if as_json:
+            _emit_json(report.model_dump())
+            return
+        verb = "would seal" if dry_run else "sealed"
+        for name, counts in report.tables.items():
+            conflicts = f" ({counts.conflicts} changed meanwhile)" if counts.conflicts else ""
+            click.echo(f"{name}: {verb} {counts.rekeyed}{conflicts}")

@@ -12,10 +12,18 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from memstore.core.crypto import EncryptionKey, parse_keys
 from memstore.errors import ConfigurationError, describe_validation_error
 
 ENV_PREFIX = "MEMSTORE_"
@@ -72,6 +80,13 @@ class Settings(BaseModel):
     retention_days: int | None = Field(default=None, ge=1)
     """Default age limit of ``memstore prune`` when no ``--older-than``/``--keep-last`` is
     given (for a scheduled ``memstore prune --all --yes``); ``None``: no default."""
+    encryption_keys: tuple[EncryptionKey, ...] = ()
+    """Encryption at rest: ``KEY_ID:BASE64KEY`` entries (a 256-bit key in standard base64
+    each), comma-separated; the first seals every new value, all of them open stored ones.
+    Empty: nothing is encrypted. Needs the ``crypto`` extra. Never shown in errors or ``repr``."""
+    encrypt_cache: bool = True
+    """With ``encryption_keys``: also seal the messages of cached Redis windows (the
+    in-process cache keeps plain objects in memory either way)."""
 
     @field_validator(
         "window_size",
@@ -103,6 +118,16 @@ class Settings(BaseModel):
         if isinstance(value, int) and not 0 <= value <= 1023:
             raise ValueError("must be auto or an integer in 0..1023")
         return value
+
+    @field_validator("encryption_keys", mode="before")
+    @classmethod
+    def _parse_encryption_keys(cls, value: object) -> object:
+        return parse_keys(value)
+
+    @field_serializer("encryption_keys")
+    def _key_ids_only(self, keys: tuple[EncryptionKey, ...]) -> list[str]:
+        """``model_dump()`` and JSON show the key ids, never key material."""
+        return [key.key_id for key in keys]
 
     @field_validator("database_url")
     @classmethod

@@ -155,6 +155,29 @@ class SchemaError(StorageError):
     """The database schema is missing or not at the migration head; run ``store.migrate()``."""
 
 
+class EncryptionError(MemstoreError):
+    """Encryption at rest (``MEMSTORE_ENCRYPTION_KEYS``) could not seal or open a value."""
+
+
+class DecryptionError(EncryptionError):
+    """A stored value failed to decrypt: its ciphertext was altered, or it was copied from
+    another row, app or column (the app id, row key and column are bound as associated data),
+    or the key under its key id is not the key that sealed it. Never wrong plaintext.
+
+    ``key_id`` names the key id the value was sealed under (``None`` when the envelope itself
+    is malformed)."""
+
+    def __init__(self, detail: str, *, key_id: str | None = None) -> None:
+        super().__init__(detail)
+        self.key_id = key_id
+
+
+class UnknownKeyError(DecryptionError):
+    """A stored value was sealed under a key id that is not among the configured keys (or
+    encryption is off). ``key_id`` names it: add that key to ``MEMSTORE_ENCRYPTION_KEYS``
+    (after the current first key) to read the value."""
+
+
 class FormatConversionError(InvalidMessageError):
     """A message cannot be converted to or from a provider format (``memstore.formats``).
 

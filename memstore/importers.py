@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from memstore.core.display import display_drafts
 from memstore.core.id_order import newest_of
 from memstore.core.inputs import normalize_app_id
-from memstore.core.rows import display_row, original_row
+from memstore.core.rows import display_row, original_row, seal_display, seal_original
 from memstore.core.validate import validate
 from memstore.errors import InvalidInputError, InvalidMessageError
 from memstore.messages import Message
@@ -346,12 +346,12 @@ def import_session(
         newest = newest_of(*conn.execute(newest_id_query(app)).one())
         ids = store._issue_ids(len(messages) + len(drafts), newest)
         rows = [
-            original_row(row_id, app, None, message, source.created_at)
+            seal_original(store.cipher, original_row(row_id, app, None, message, source.created_at))
             for row_id, message, source in zip(ids[: len(messages)], messages, items, strict=True)
         ]
         last = items[-1].created_at if items else datetime.now(timezone.utc)
         shown = [
-            display_row(row_id, app, None, draft, last)
+            seal_display(store.cipher, display_row(row_id, app, None, draft, last))
             for row_id, draft in zip(ids[len(messages) :], drafts, strict=True)
         ]
         if rows:

@@ -16,7 +16,7 @@ from memstore.core.check import (
 )
 from memstore.core.id_order import newest_of
 from memstore.core.retention import RetentionRule
-from memstore.core.rows import original_row
+from memstore.core.rows import original_row, seal_original
 from memstore.reports import PruneReport
 from memstore.sql import admin, generation
 from memstore.sql.engine import translated_errors
@@ -35,7 +35,7 @@ class CheckResult:
 def check_app(store: MemoryStore, app_id: str) -> list[Finding]:
     """Every provider-invalid spot of the app's original history, with row ids."""
     checker = HistoryChecker()
-    for row in admin.iter_history(store.engine, app_id):
+    for row in admin.iter_history(store.engine, app_id, store.cipher):
         checker.feed(row)
     return checker.finish()
 
@@ -62,7 +62,10 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
         )
         owners = {row.id: row.user_id for row in conn.execute(owner_query)}
         rows = [
-            original_row(row_id, app_id, owners.get(request_rows[answer.id]), answer, now)
+            seal_original(
+                store.cipher,
+                original_row(row_id, app_id, owners.get(request_rows[answer.id]), answer, now),
+            )
             for row_id, answer in zip(
                 store._issue_ids(len(plan.answers), newest), plan.answers, strict=True
             )

@@ -136,3 +136,22 @@ class HealthReport(_Report):
         return not self.ok and all(
             check.ok for check in (self.database, self.migrations, self.lease)
         )
+
+
+class RekeyTableCounts(_Report):
+    """What a rekey did to one table's encrypted column."""
+
+    rekeyed: int = 0
+    """Values sealed again under the current key (with ``dry_run``: values that would be)."""
+    conflicts: int = 0
+    """Values a concurrent writer changed or deleted first (left to it; rerun to be sure)."""
+
+
+class RekeyReport(_Report):
+    """The outcome of ``memstore rekey`` (:func:`memstore.sql.rekey.rekey`)."""
+
+    key_id: str
+    """The key every value is now sealed under (the first of ``encryption_keys``)."""
+    tables: dict[str, RekeyTableCounts]
+    """Per table (``chat_history_original``, ``chat_history``, ``tool_executions``)."""
+    dry_run: bool = False

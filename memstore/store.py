@@ -58,7 +58,7 @@ from memstore.core.plans import (
     reload_report,
 )
 from memstore.core.retention import RetentionRule
-from memstore.core.rows import decode_payload
+from memstore.core.rows import decode_row
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
@@ -71,6 +71,7 @@ from memstore.reports import (
     ImportReport,
     PruneReport,
     PurgeReport,
+    RekeyReport,
     ReloadReport,
 )
 from memstore.sql import leases as sql_leases
@@ -130,9 +131,9 @@ class MemoryStore(StoreBase):
         self._stop_heartbeat = threading.Event()
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
-        self._sql = SqlHistory(self.engine)
-        self._retention = SqlRetention(self.engine)
-        self._export = SqlExport(self.engine)
+        self._sql = SqlHistory(self.engine, self.cipher)
+        self._retention = SqlRetention(self.engine, self.cipher)
+        self._export = SqlExport(self.engine, self.cipher)
         self._owns_cache = cache is None
         self.cache: WindowCache = cache if cache is not None else self._default_cache()
         # An in-process window cannot see other processes' writes: check it against the
@@ -497,23 +498,54 @@ class MemoryStore(StoreBase):
             return
         for app in apps if apps is not None else iter_app_ids(self.engine):
             for row in self._export.app_rows(original, app):
-                yield original_record(row, decode_payload(row["payload"], row["id"]))
+                yield original_record(
+                    row, decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
+                )
             for row in self._export.app_rows(display, app):
-                yield display_record(row)
+                yield display_record(row, self.cipher)
             for row in self._export.app_executions(app):
-                yield execution_record(row)
+                yield execution_record(row, self.cipher)
 
     def _export_user(self, user: str) -> Iterator[dict[str, Any]]:
         calls: dict[str, list[str]] = {}
         for row in self._export.user_rows(original, user):
-            message = decode_payload(row["payload"], row["id"])
+            message = decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
             calls.setdefault(row["app_id"], []).extend(requested_call_ids(message))
             yield original_record(row, message)
         for row in self._export.user_rows(display, user):
-            yield display_record(row)
+            yield display_record(row, self.cipher)
         for app, call_ids in sorted(calls.items()):
             for row in self._export.executions_for_calls(app, call_ids):
-                yield execution_record(row)
+                yield execution_record(row, self.cipher)
+
+    def rekey(
+        self,
+        batch_size: int = 500,
+        *,
+        dry_run: bool = False,
+        app_ids: Iterable[str | int] | None = None,
+        progress: Callable[[str, int], None] | None = None,
+    ) -> RekeyReport:
+        """Seal every stored text (message payloads, display texts, loop-guard results) that
+        is plaintext or under an older key with the first of ``encryption_keys``.
+
+        Runs in batches of ``batch_size`` rows, one short transaction each, with a
+        compare-and-set per row so concurrent writes are never lost; safe to rerun (it
+        resumes). ``app_ids`` limits it to those apps. ``progress(table, rows)`` is called
+        after each batch. See
+        :mod:`memstore.sql.rekey`.
+        """
+        from memstore.sql.rekey import rekey
+
+        apps = None if app_ids is None else normalize_app_ids(app_ids)
+        return rekey(
+            self.engine,
+            self.cipher,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            app_ids=apps,
+            progress=progress,
+        )
 
     def import_records(self, records: Iterable[Mapping[str, Any]]) -> ImportReport:
         """Write records of the ``memstore-export`` format (the first one its header).

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from memstore.cache.base import CachedWindow
 from memstore.config import Settings
 from memstore.core import health
+from memstore.core.crypto import RowCipher
 from memstore.core.display import DisplayDraft, ToolFormatter
 from memstore.core.inputs import MAX_WINDOW_MESSAGES
 from memstore.core.leases import HeldLease, LeaseRow, id_floor
@@ -65,6 +66,9 @@ class StoreBase:
         token_counter: TokenCounter | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        self.cipher = RowCipher(self.settings.encryption_keys)
+        """Seals and opens stored texts with ``settings.encryption_keys`` (the identity, and
+        a refusal of sealed values, when none are set)."""
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         """Counts a message's tokens for token budgets (default: :func:`approximate_tokens`)."""
         self._count = checked_counter(self.token_counter)

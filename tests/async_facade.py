@@ -143,6 +143,17 @@ class SyncFacade:
         self.event_engine = store.engine.sync_engine
         """Where statement events of the async store fire."""
         self.cache = SyncCache(store.cache, self._run)
+        self.cipher = store.cipher
+
+    def raw_window(self, app_id: str) -> list[bytes] | None:
+        """The app's Redis window entries as stored (``None`` for an in-process cache)."""
+        from memstore.cache import keys
+        from memstore.cache.aio import AsyncRedisWindowCache
+
+        cache = self._store.cache
+        if not isinstance(cache, AsyncRedisWindowCache):
+            return None
+        return list(self._run(cache.client.lrange(keys.window_key(app_id), 0, -1)))
 
     def append(self, app_id: Any, messages: Iterable[Any], user_id: str | None = None) -> list[int]:
         return self._run(self._store.append(app_id, messages, user_id=user_id))

@@ -51,10 +51,18 @@ from sqlalchemy.engine import URL, Connection
 
 from memstore.aio import AsyncMemoryStore
 from memstore.cache.aio import AsyncInProcessWindowCache
+from memstore.core.crypto import RowCipher
 from memstore.core.display import ToolFormatter, display_drafts
 from memstore.core.loader import RowRequest
 from memstore.core.plans import unanswered_in_batch
-from memstore.core.rows import decode_payload, encode_payload, message_type
+from memstore.core.rows import (
+    decode_row,
+    encode_payload,
+    message_type,
+    open_content,
+    open_payload,
+    seal_original,
+)
 from memstore.core.window import StoredMessage
 from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
@@ -144,26 +152,32 @@ def resolve_results(messages: Sequence[Message], stored: Mapping[str, str]) -> l
 # -- SQL steps (each runs on a sync Connection; async via AsyncConnection.run_sync) ----------------
 
 
-def _history_page(conn: Connection, app_id: str, after: int, page: int) -> list[StoredMessage]:
+def _history_page(
+    conn: Connection, app_id: str, after: int, page: int, cipher: RowCipher
+) -> list[StoredMessage]:
     """One keyset page of the app's rows with ids above ``after``, chronological."""
     query = oldest_first_query(app_id, after, page)
-    return rows_to_messages(reversed(conn.execute(query).all()))
+    return rows_to_messages(reversed(conn.execute(query).all()), app_id, cipher)
 
 
 def _newest_rows(
-    conn: Connection, app_id: str, limit: int, before_id: int | None
+    conn: Connection, app_id: str, limit: int, before_id: int | None, cipher: RowCipher
 ) -> list[StoredMessage]:
-    return rows_to_messages(conn.execute(newest_rows_query(app_id, RowRequest(limit, before_id))))
+    query = newest_rows_query(app_id, RowRequest(limit, before_id))
+    return rows_to_messages(conn.execute(query), app_id, cipher)
 
 
-def _requested_tools(conn: Connection, app_id: str, call_ids: set[str]) -> dict[str, str]:
+def _requested_tools(
+    conn: Connection, app_id: str, call_ids: set[str], cipher: RowCipher
+) -> dict[str, str]:
     """Tool names of the stored requests (the newest one per id) among ``call_ids``."""
     found: dict[str, str] = {}
     before: int | None = None
     while len(found) < len(call_ids):
         page = conn.execute(request_scan_query(app_id, before)).all()
         for row in page:
-            for call in json.loads(row.payload).get("tool_requests", []):
+            payload = open_payload(cipher, app_id, row.id, row.payload)
+            for call in json.loads(payload).get("tool_requests", []):
                 if call["id"] in call_ids:
                     found.setdefault(call["id"], call["name"])
         if len(page) < REQUEST_SCAN_PAGE:
@@ -180,7 +194,11 @@ class _PopAttempt:
 
 
 def _pop_once(
-    conn: Connection, app_id: str, shrink: Shrink, formatters: Mapping[str, ToolFormatter]
+    conn: Connection,
+    app_id: str,
+    shrink: Shrink,
+    formatters: Mapping[str, ToolFormatter],
+    cipher: RowCipher,
 ) -> _PopAttempt:
     """Pop the newest row of the app that ``shrink`` does not skip, in the caller's transaction.
 
@@ -196,7 +214,7 @@ def _pop_once(
     while True:
         page = conn.execute(newest_rows_query(app_id, RowRequest(POP_SCAN_ROWS, before))).all()
         for newest in page:  # newest first
-            row = StoredMessage(newest.id, decode_payload(newest.payload, newest.id))
+            row = StoredMessage(newest.id, decode_row(cipher, app_id, newest.id, newest.payload))
             remaining = shrink(row.message)
             if remaining is False:
                 continue
@@ -204,14 +222,17 @@ def _pop_once(
                 deleted = conn.execute(original.delete().where(original.c.id == row.id)).rowcount
                 if deleted != 1:
                     return _PopAttempt(done=False)
-                _delete_own_display_row(conn, app_id, row, formatters)
+                _delete_own_display_row(conn, app_id, row, formatters, cipher)
                 return _PopAttempt(done=True, popped=row)
             changed = conn.execute(
                 original.update()
                 .where(original.c.id == row.id, original.c.is_deleted == sa.false())
                 .where(original.c.payload == newest.payload)
                 .values(
-                    payload=encode_payload(remaining),
+                    payload=seal_original(
+                        cipher,
+                        {"id": row.id, "app_id": app_id, "payload": encode_payload(remaining)},
+                    )["payload"],
                     message_type=message_type(remaining),
                     updated_at=datetime.now(timezone.utc),
                 )
@@ -225,7 +246,11 @@ def _pop_once(
 
 
 def _delete_own_display_row(
-    conn: Connection, app_id: str, row: StoredMessage, formatters: Mapping[str, ToolFormatter]
+    conn: Connection,
+    app_id: str,
+    row: StoredMessage,
+    formatters: Mapping[str, ToolFormatter],
+    cipher: RowCipher,
 ) -> None:
     """Delete the display row the popped message alone produced, if there is one.
 
@@ -245,7 +270,9 @@ def _delete_own_display_row(
         .limit(DISPLAY_SCAN_ROWS)
     ).all()
     for candidate in candidates:
-        if candidate.role == draft.role and candidate.content == draft.content:
+        if candidate.role == draft.role and (
+            open_content(cipher, app_id, candidate.id, candidate.content) == draft.content
+        ):
             conn.execute(display.delete().where(display.c.id == candidate.id))
             return
 
@@ -261,7 +288,7 @@ def insert_messages(
     leased worker id needs its own connection, which would wait on this transaction's locks.
     """
     wanted = unanswered_in_batch(batch)
-    stored = _requested_tools(conn, app_id, wanted) if wanted else {}
+    stored = _requested_tools(conn, app_id, wanted, store.cipher) if wanted else {}
     resolved = resolve_results(batch, stored)
     plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
     if not plan.id_count:
@@ -269,7 +296,7 @@ def insert_messages(
     entries = store._counted(
         plan.cache_entries
     )  # before the insert: a failing counter writes nothing
-    ids, _ = insert_plan(conn, app_id, plan, store._issue_ids)
+    ids, _ = insert_plan(conn, app_id, plan, store._issue_ids, store.cipher)
     return ids, entries
 
 
@@ -284,7 +311,7 @@ async def aiter_history(
     while True:
         with translated_errors("reading history"):
             async with store.engine.connect() as conn:
-                rows = await conn.run_sync(_history_page, app_id, after, page)
+                rows = await conn.run_sync(_history_page, app_id, after, page, store.cipher)
         for row in rows:
             yield row
         if len(rows) < page:
@@ -437,12 +464,14 @@ class StoreAccess:
 
     def all_rows(self, app_id: str) -> list[StoredMessage]:
         """Every row of the app, chronological (keyset pages of ``ROW_PAGE`` rows)."""
-        return list(iter_history(self.sync_store().engine, app_id))
+        store = self.sync_store()
+        return list(iter_history(store.engine, app_id, store.cipher))
 
     def newest_rows(self, app_id: str, limit: int, before_id: int | None) -> list[StoredMessage]:
         """Up to ``limit`` newest rows with ids below ``before_id``, chronological."""
-        with translated_errors("reading history"), self.sync_store().engine.connect() as conn:
-            return _newest_rows(conn, app_id, limit, before_id)
+        store = self.sync_store()
+        with translated_errors("reading history"), store.engine.connect() as conn:
+            return _newest_rows(conn, app_id, limit, before_id, store.cipher)
 
     def window(self, app_id: str, max_messages: int | None) -> list[Message]:
         """The cached window, or with ``max_messages`` the window loaded from SQL."""
@@ -469,7 +498,7 @@ class StoreAccess:
     @staticmethod
     def _sync_requested(store: MemoryStore, app_id: str, call_ids: set[str]) -> dict[str, str]:
         with translated_errors("reading tool requests"), store.engine.connect() as conn:
-            return _requested_tools(conn, app_id, call_ids)
+            return _requested_tools(conn, app_id, call_ids, store.cipher)
 
     def purge(self, app_id: str) -> None:
         self.sync_store().purge(app_id)
@@ -479,7 +508,7 @@ class StoreAccess:
         store = self.sync_store()
         while True:
             with translated_errors("popping the newest message"), store.engine.begin() as conn:
-                attempt = _pop_once(conn, app_id, shrink, store.formatters)
+                attempt = _pop_once(conn, app_id, shrink, store.formatters, store.cipher)
             if attempt.done:
                 break
         if attempt.popped is not None:
@@ -502,7 +531,7 @@ class StoreAccess:
             return await asyncio.to_thread(self.newest_rows, app_id, limit, before_id)
         with translated_errors("reading history"):
             async with store.engine.connect() as conn:
-                return await conn.run_sync(_newest_rows, app_id, limit, before_id)
+                return await conn.run_sync(_newest_rows, app_id, limit, before_id, store.cipher)
 
     async def awindow(self, app_id: str, max_messages: int | None) -> list[Message]:
         store = self._native()
@@ -533,7 +562,7 @@ class StoreAccess:
             if wanted:
                 with translated_errors("reading tool requests"):
                     async with store.engine.connect() as conn:
-                        stored = await conn.run_sync(_requested_tools, app_id, wanted)
+                        stored = await conn.run_sync(_requested_tools, app_id, wanted, store.cipher)
             try:
                 return await store.append(
                     app_id, resolve_results(messages, stored), user_id=user_id
@@ -561,7 +590,9 @@ class StoreAccess:
         while True:
             with translated_errors("popping the newest message"):
                 async with store.engine.begin() as conn:
-                    attempt = await conn.run_sync(_pop_once, app_id, shrink, dict(store.formatters))
+                    attempt = await conn.run_sync(
+                        _pop_once, app_id, shrink, dict(store.formatters), store.cipher
+                    )
             if attempt.done:
                 break
         if attempt.popped is not None:

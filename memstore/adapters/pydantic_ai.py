@@ -91,9 +91,11 @@ from memstore.adapters._history import (
     insert_messages,
     opaque,
 )
+from memstore.core.crypto import ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.id_order import newest_of
 from memstore.core.inputs import normalize_app_id
 from memstore.core.loader import RowRequest, run_steps, window_steps
+from memstore.core.rows import open_payload
 from memstore.core.window import StoredMessage, is_synthetic, select_window
 from memstore.messages import (
     AiMessage,
@@ -418,7 +420,7 @@ def _swap_record(conn: Connection, record: ConversationRecord, expected: str | N
         raise ConversationConflict(conversation_id)
 
 
-def _archive_after(conn: Connection, app_id: str, depth: int) -> None:
+def _archive_after(conn: Connection, app_id: str, depth: int, cipher: RowCipher) -> None:
     """Move the app's entries deeper than ``depth`` (and their rows) to a new archive app."""
     moved = conn.execute(
         sa.select(sa.func.min(entries_table.c.first_row)).where(
@@ -429,16 +431,40 @@ def _archive_after(conn: Connection, app_id: str, depth: int) -> None:
         return
     generation.bump(conn, app_id)  # the app's history changes: cached windows must see it
     archive = f"{ARCHIVE_PREFIX}{uuid.uuid4().hex}"
-    conn.execute(
-        original.update()
-        .where(original.c.app_id == app_id, original.c.id >= moved)
-        .values(app_id=archive)
-    )
+    if cipher.enabled:  # a sealed payload is bound to its app: seal it again for the archive
+        rows = conn.execute(
+            sa.select(original.c.id, original.c.payload).where(
+                original.c.app_id == app_id, original.c.id >= moved
+            )
+        ).all()
+        for row in rows:
+            conn.execute(
+                original.update()
+                .where(original.c.id == row.id)
+                .values(
+                    app_id=archive, payload=_moved_payload(cipher, row, app_id, archive, row.id)
+                )
+            )
+    else:
+        conn.execute(
+            original.update()
+            .where(original.c.app_id == app_id, original.c.id >= moved)
+            .values(app_id=archive)
+        )
     conn.execute(
         entries_table.update()
         .where(entries_table.c.app_id == app_id, entries_table.c.depth > depth)
         .values(app_id=archive)
     )
+
+
+def _moved_payload(cipher: RowCipher, row: Any, from_app: str, to_app: str, new_id: int) -> str:
+    """A row's stored payload for its copy under ``to_app``/``new_id``: opened and sealed
+    again when encryption is on (a sealed value is bound to its app and id)."""
+    if not cipher.enabled and not is_sealed(row.payload):
+        return str(row.payload)
+    plain = open_payload(cipher, from_app, row.id, row.payload)
+    return cipher.seal(plain, ORIGINAL_PAYLOAD, to_app, new_id)
 
 
 def _copy_entry(conn: Connection, store: MemoryStore, source: _Location, app_id: str) -> None:
@@ -456,7 +482,7 @@ def _copy_entry(conn: Connection, store: MemoryStore, source: _Location, app_id:
                 "user_id": row.user_id,
                 "message_type": row.message_type,
                 "tool_call_id": row.tool_call_id,
-                "payload": row.payload,
+                "payload": _moved_payload(store.cipher, row, source.app_id, app_id, new_id),
                 "created_at": row.created_at,
                 "updated_at": now,
                 "is_deleted": False,
@@ -498,7 +524,7 @@ def _move_head(
             raise ConversationConflict(conversation_id)
         missing.append(location)
         current = location.parent_id
-    _archive_after(conn, app_id, -1 if junction is None else junction.depth)
+    _archive_after(conn, app_id, -1 if junction is None else junction.depth, store.cipher)
     for location in reversed(missing):
         _copy_entry(conn, store, location, app_id)
 
@@ -686,11 +712,12 @@ class MemstoreConversationStore(ConversationStore):
         return await self._run(self._read_entry_sync, entry_id)
 
     def _read_entry_sync(self, entry_id: str) -> ConversationEntry:
-        with translated_errors("reading an entry"), self._sync().engine.connect() as conn:
+        store = self._sync()
+        with translated_errors("reading an entry"), store.engine.connect() as conn:
             location = _locate(conn, entry_id)
             if location is None:
                 raise KeyError(entry_id)
-            rows = rows_to_messages(_entry_rows(conn, location))
+            rows = rows_to_messages(_entry_rows(conn, location), location.app_id, store.cipher)
         found = messages_to_entries([row.message for row in rows], synthesize=False)
         if len(found) != 1:
             raise KeyError(entry_id)
@@ -713,7 +740,7 @@ class MemstoreConversationStore(ConversationStore):
             if head is None:
                 raise KeyError(head_id)
             if not _starts_at_root(conn, head.app_id):
-                return self._walk_history(conn, head, limit)
+                return self._walk_history(conn, head, limit, store.cipher)
             lowest = 0 if limit is None else max(0, head.depth - limit + 1)
             wanted = int(
                 conn.execute(
@@ -727,20 +754,20 @@ class MemstoreConversationStore(ConversationStore):
             )
             bound = head.last_row + 1
             if lowest == 0:  # the whole path: every row, edge-checked as one window
-                rows = _newest_rows(conn, head.app_id, wanted, bound)
+                rows = _newest_rows(conn, head.app_id, wanted, bound, store.cipher)
                 window = select_window(rows, _WHOLE, history_complete=True)
                 return messages_to_entries(window.messages, synthesize=limit is not None)
 
             def fetch(request: RowRequest) -> list[StoredMessage]:
                 before = bound if request.before_id is None else min(request.before_id, bound)
-                return _newest_rows(conn, head.app_id, request.limit, before)
+                return _newest_rows(conn, head.app_id, request.limit, before, store.cipher)
 
             window = run_steps(window_steps(wanted, start_at_user=False), fetch)
         return messages_to_entries(window.messages)
 
     @staticmethod
     def _walk_history(
-        conn: Connection, head: _Location, limit: int | None
+        conn: Connection, head: _Location, limit: int | None, cipher: RowCipher
     ) -> list[ConversationEntry]:
         """A history whose start lives elsewhere (an archived branch): parent by parent."""
         path: list[_Location] = []
@@ -753,6 +780,6 @@ class MemstoreConversationStore(ConversationStore):
                 raise KeyError(parent)
         rows: list[StoredMessage] = []
         for step in reversed(path):
-            rows.extend(rows_to_messages(_entry_rows(conn, step)))
+            rows.extend(rows_to_messages(_entry_rows(conn, step), step.app_id, cipher))
         window = select_window(rows, _WHOLE, history_complete=True)
         return messages_to_entries(window.messages, synthesize=limit is not None)

@@ -145,7 +145,7 @@ class AsyncRedisWindowCache:
         async def action() -> CachedWindow:
             raw = await self._client.lrange(keys.window_key(app_id), 0, -1)
             if raw:
-                hit = cached_window(raw, b"")
+                hit = cached_window(raw, b"", app_id, self._policy.cipher)
                 if hit.messages is not None:
                     return hit
                 # An entry did not decode: a miss guarded by the real version (see the sync
@@ -164,7 +164,7 @@ class AsyncRedisWindowCache:
     ) -> bool:
         if expected_version == UNAVAILABLE or not entries:
             return False
-        args = store_args(self._policy, expected_version, entries, synthetic_call_ids)
+        args = store_args(self._policy, expected_version, entries, synthetic_call_ids, app_id)
         app_keys = list(keys.app_keys(app_id))
 
         async def action() -> object:
@@ -173,7 +173,7 @@ class AsyncRedisWindowCache:
         return await self._call("store", app_id, action, dirty=False) == 1
 
     async def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        args = append_args(self._policy, entries)
+        args = append_args(self._policy, entries, app_id)
         app_keys = list(keys.app_keys(app_id))
 
         async def action() -> object:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memstore.config import Settings
+from memstore.core.crypto import CACHE_ENTRY, PLAIN, RowCipher
 from memstore.core.window import WindowEntry
 from memstore.messages import MESSAGE_LIST_ADAPTER, STORED, Message
 
@@ -24,14 +25,19 @@ class WindowPolicy:
     start_at_user: bool = False
     max_tokens: int | None = None
     """Token budget the append trim keeps (entries carry their counts); ``None``: none."""
+    cipher: RowCipher = PLAIN
+    """Seals the message of every Redis entry (the in-process caches keep objects and ignore
+    it); :data:`~memstore.core.crypto.PLAIN`: entries are stored as JSON."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WindowPolicy:
+        sealed = settings.encryption_keys and settings.encrypt_cache
         return cls(
             max_messages=settings.window_size,
             ttl_seconds=settings.cache_ttl_seconds,
             start_at_user=settings.window_start_at_user,
             max_tokens=settings.window_max_tokens,
+            cipher=RowCipher(settings.encryption_keys) if sealed else PLAIN,
         )
 
 
@@ -81,15 +87,29 @@ class WindowCache(Protocol):
         ...
 
 
-def encode_entry(entry: WindowEntry) -> bytes:
+def encode_entry(entry: WindowEntry, app_id: str = "", cipher: RowCipher = PLAIN) -> bytes:
     """``<kind><call ids joined by 0x1f>[<0x1d><tokens>]<0x1e><message JSON>``, readable by the
-    Lua scripts (the token count only when it is not 0)."""
+    Lua scripts (the token count only when it is not 0). With an enabled ``cipher`` the
+    message JSON is sealed, bound to ``app_id`` and the entry's header (the Lua scripts still
+    read kinds, call ids and token counts)."""
     counted = f"{TOKENS_SEPARATOR}{entry.tokens}" if entry.tokens else ""
-    header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + counted + HEADER_END
-    return header.encode("utf-8") + entry.message.model_dump_json().encode("utf-8")
+    header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + counted
+    body = entry.message.model_dump_json().encode("utf-8")
+    if cipher.enabled:
+        body = cipher.seal_bytes(body, CACHE_ENTRY, app_id, header)
+    return (header + HEADER_END).encode("utf-8") + body
 
 
-def decode_entries(raw: Sequence[bytes]) -> list[Message]:
-    """Decode a whole window in one validation pass."""
-    bodies = [item[item.index(b"\x1e") + 1 :] for item in raw]
+def decode_entries(
+    raw: Sequence[bytes], app_id: str = "", cipher: RowCipher = PLAIN
+) -> list[Message]:
+    """Decode a whole window in one validation pass (opening sealed entries first)."""
+    if cipher.enabled:
+        bodies = []
+        for item in raw:
+            end = item.index(b"\x1e")
+            header = item[:end].decode("utf-8")
+            bodies.append(cipher.open_bytes(item[end + 1 :], CACHE_ENTRY, app_id, header))
+    else:
+        bodies = [item[item.index(b"\x1e") + 1 :] for item in raw]
     return MESSAGE_LIST_ADAPTER.validate_json(b"[" + b",".join(bodies) + b"]", context=STORED)

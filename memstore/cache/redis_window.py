@@ -25,6 +25,7 @@ from redis.retry import Retry
 
 from memstore.cache import keys, scripts
 from memstore.cache.base import CachedWindow, WindowPolicy, decode_entries, encode_entry
+from memstore.core.crypto import PLAIN, RowCipher
 from memstore.core.window import WindowEntry
 from memstore.errors import MemstoreError
 
@@ -46,14 +47,14 @@ def client_options(timeout_seconds: float) -> dict[str, Any]:
     }
 
 
-def append_args(policy: WindowPolicy, entries: Sequence[WindowEntry]) -> list[Any]:
+def append_args(policy: WindowPolicy, entries: Sequence[WindowEntry], app_id: str) -> list[Any]:
     """ARGV of :data:`scripts.APPEND`."""
     return [
         policy.ttl_seconds,
         policy.max_messages,
         "1" if policy.start_at_user else "0",
         policy.max_tokens or 0,
-        *(encode_entry(entry) for entry in entries),
+        *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
     ]
 
 
@@ -62,6 +63,7 @@ def store_args(
     expected_version: str,
     entries: Sequence[WindowEntry],
     synthetic_call_ids: Sequence[str],
+    app_id: str,
 ) -> list[Any]:
     """ARGV of :data:`scripts.STORE`."""
     return [
@@ -69,22 +71,24 @@ def store_args(
         policy.ttl_seconds,
         len(synthetic_call_ids),
         *synthetic_call_ids,
-        *(encode_entry(entry) for entry in entries),
+        *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
     ]
 
 
-def cached_window(raw: Sequence[Any], version: Any) -> CachedWindow:
+def cached_window(
+    raw: Sequence[Any], version: Any, app_id: str = "", cipher: RowCipher = PLAIN
+) -> CachedWindow:
     """A read's outcome from the LRANGE and GET replies (bytes: memstore's clients never
     decode responses).
 
-    An entry that does not decode (written by another memstore version, or damaged) makes the
-    read a miss: the rebuild replaces the whole window.
+    An entry that does not decode (written by another memstore version, or damaged, or sealed
+    under a key not configured) makes the read a miss: the rebuild replaces the whole window.
     """
     token = version.decode() if version is not None else ""
     if not raw:
         return CachedWindow(None, token)
     try:
-        return CachedWindow(decode_entries(raw), token)
+        return CachedWindow(decode_entries(raw, app_id, cipher), token)
     except (ValidationError, MemstoreError, ValueError) as error:
         # the error's class only: a validation error quotes the entry, i.e. chat text
         logger.warning(
@@ -184,7 +188,7 @@ class RedisWindowCache:
         def action() -> CachedWindow:
             raw = self._client.lrange(keys.window_key(app_id), 0, -1)
             if raw:
-                hit = cached_window(raw, b"")
+                hit = cached_window(raw, b"", app_id, self._policy.cipher)
                 if hit.messages is not None:
                     return hit
                 # An entry did not decode: a miss like any other, guarded by the real version
@@ -205,7 +209,7 @@ class RedisWindowCache:
     ) -> bool:
         if expected_version == UNAVAILABLE or not entries:
             return False
-        args = store_args(self._policy, expected_version, entries, synthetic_call_ids)
+        args = store_args(self._policy, expected_version, entries, synthetic_call_ids, app_id)
         app_keys = list(keys.app_keys(app_id))
         stored = self._call(
             "store", app_id, lambda: self._store(keys=app_keys, args=args), dirty=False
@@ -213,7 +217,7 @@ class RedisWindowCache:
         return stored == 1
 
     def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        args = append_args(self._policy, entries)
+        args = append_args(self._policy, entries, app_id)
         app_keys = list(keys.app_keys(app_id))
         self._call("append", app_id, lambda: self._append(keys=app_keys, args=args), dirty=True)
 

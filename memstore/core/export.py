@@ -27,8 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memstore.core.crypto import DISPLAY_CONTENT, EXECUTION_RESULT, ORIGINAL_PAYLOAD, RowCipher
 from memstore.core.inputs import check_messages, normalize_app_id
-from memstore.core.rows import encode_payload, message_type
+from memstore.core.rows import encode_payload, message_type, open_content
 from memstore.errors import ImportRecordError, InvalidAppIdError, InvalidInputError
 from memstore.messages import MESSAGE_ADAPTER, Message, ToolResult
 
@@ -72,14 +73,15 @@ def original_record(row: Mapping[str, Any], message: Message) -> dict[str, Any]:
     }
 
 
-def display_record(row: Mapping[str, Any]) -> dict[str, Any]:
+def display_record(row: Mapping[str, Any], cipher: RowCipher) -> dict[str, Any]:
+    """The record of one ``chat_history`` row (its text opened by ``cipher``)."""
     return {
         "record": DISPLAY,
         "id": row["id"],
         "app_id": row["app_id"],
         "user_id": row["user_id"],
         "role": row["role"],
-        "text": row["content"],
+        "text": open_content(cipher, row["app_id"], row["id"], row["content"]),
         "status": row["status"],
         "created_at": _stamp(row["created_at"]),
         "updated_at": _stamp(row["updated_at"]),
@@ -99,9 +101,11 @@ EXECUTION_FIELDS = (
 )
 
 
-def execution_record(row: Mapping[str, Any]) -> dict[str, Any]:
+def execution_record(row: Mapping[str, Any], cipher: RowCipher) -> dict[str, Any]:
+    """The record of one ``tool_executions`` row (its result opened by ``cipher``)."""
     out: dict[str, Any] = {"record": TOOL_EXECUTION}
     out.update({name: row[name] for name in EXECUTION_FIELDS})
+    out["result"] = open_result(cipher, row["app_id"], row["idempotency_key"], row["result"])
     out["created_at"] = _stamp(row["created_at"])
     out["updated_at"] = _stamp(row["updated_at"])
     return out
@@ -337,6 +341,49 @@ def plan_import(
         inserts[row.table].append(row.values)
         tally.inserted += 1
     return inserts
+
+
+def open_result(cipher: RowCipher, app_id: str, key: str, result: str | None) -> str | None:
+    """A ``tool_executions.result`` value's plaintext (``None`` stays ``None``)."""
+    return None if result is None else cipher.open(result, EXECUTION_RESULT, app_id, key)
+
+
+def seal_result(cipher: RowCipher, app_id: str, key: str, result: str | None) -> str | None:
+    """A ``tool_executions.result`` value as stored (sealed when encryption is on)."""
+    if result is None or not cipher.enabled:
+        return result
+    return cipher.seal(result, EXECUTION_RESULT, app_id, key)
+
+
+def seal_inserts(
+    cipher: RowCipher, inserts: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """The import's rows with their texts sealed (as they are when encryption is off)."""
+    if not cipher.enabled:
+        return inserts
+    return {
+        ORIGINAL: [
+            {
+                **row,
+                "payload": cipher.seal(row["payload"], ORIGINAL_PAYLOAD, row["app_id"], row["id"]),
+            }
+            for row in inserts[ORIGINAL]
+        ],
+        DISPLAY: [
+            {
+                **row,
+                "content": cipher.seal(row["content"], DISPLAY_CONTENT, row["app_id"], row["id"]),
+            }
+            for row in inserts[DISPLAY]
+        ],
+        TOOL_EXECUTION: [
+            {
+                **row,
+                "result": seal_result(cipher, row["app_id"], row["idempotency_key"], row["result"]),
+            }
+            for row in inserts[TOOL_EXECUTION]
+        ],
+    }
 
 
 def changed_apps(inserts: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:

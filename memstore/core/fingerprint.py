@@ -37,7 +37,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memstore.core.check import REPAIR_MARK
-from memstore.core.rows import TOOL_REQUEST, TOOL_RESULT, USER, decode_payload
+from memstore.core.crypto import PLAIN, RowCipher
+from memstore.core.rows import TOOL_REQUEST, TOOL_RESULT, USER, decode_row
 from memstore.core.window import SYNTHETIC_MARK, StoredMessage
 from memstore.messages import AiMessage, ToolResult, UserMessage
 
@@ -334,9 +335,13 @@ def decide_from_newest_rows(
     tool_name: str,
     arguments: str,
     max_identical_repeats: int,
+    *,
+    cipher: RowCipher = PLAIN,
+    app_id: str = "",
 ) -> NoProgressDecision:
     """:func:`decide_no_progress` over raw ``(id, message_type, payload)`` rows of the
-    original history, newest first (what one indexed query returns).
+    original history of ``app_id``, newest first (what one indexed query returns); stored
+    payloads are opened by ``cipher``.
 
     Only what the decision can use is decoded: the tool-request and tool-result rows newer than
     the newest user message. ``checkpoint_id`` is the newest row's id, whatever its type.
@@ -349,7 +354,7 @@ def decide_from_newest_rows(
         if message_type == USER:
             break
         if message_type in (TOOL_REQUEST, TOOL_RESULT):
-            wanted.append(StoredMessage(row_id, decode_payload(payload, row_id)))
+            wanted.append(StoredMessage(row_id, decode_row(cipher, app_id, row_id, payload)))
     wanted.reverse()
     decision = decide_no_progress(wanted, tool_name, arguments, max_identical_repeats)
     return replace(decision, checkpoint_id=checkpoint)

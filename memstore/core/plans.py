@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memstore.core.crypto import RowCipher
 from memstore.core.display import DisplayDraft
 from memstore.core.inputs import MAX_ROW_ID, bounded_int, check_messages
 from memstore.core.metadata import DEFAULT_MAX_METADATA_BYTES, MetadataError, metadata_size
-from memstore.core.rows import display_row, original_row
+from memstore.core.rows import display_row, original_row, seal_display, seal_original
 from memstore.core.window import Window, WindowEntry, entry_for
 from memstore.errors import (
     InvalidInputError,
@@ -86,14 +87,17 @@ def plan_write(
 
 
 def rows_with_ids(
-    plan: WritePlan, ids: Sequence[int]
+    plan: WritePlan, ids: Sequence[int], cipher: RowCipher
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The plan's original and display rows with ``ids`` (one per row, originals first)."""
+    """The plan's original and display rows with ``ids`` (one per row, originals first),
+    their texts sealed by ``cipher`` (bound to the ids, so sealing waits for them)."""
     count = len(plan.original_rows)
-    return (
-        [{**row, "id": i} for row, i in zip(plan.original_rows, ids[:count], strict=True)],
-        [{**row, "id": i} for row, i in zip(plan.display_rows, ids[count:], strict=True)],
-    )
+    originals = [{**row, "id": i} for row, i in zip(plan.original_rows, ids[:count], strict=True)]
+    displays = [{**row, "id": i} for row, i in zip(plan.display_rows, ids[count:], strict=True)]
+    if cipher.enabled:
+        originals = [seal_original(cipher, row) for row in originals]
+        displays = [seal_display(cipher, row) for row in displays]
+    return originals, displays
 
 
 def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None:

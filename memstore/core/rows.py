@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memstore.core.crypto import DISPLAY_CONTENT, ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.display import DisplayDraft
 from memstore.errors import StorageError
 from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
@@ -41,6 +42,44 @@ def decode_payload(payload: str, row_id: int) -> Message:
             f"row {row_id} of chat_history_original has a corrupt payload ({type(error).__name__})",
             kind="corrupt row",
         ) from None
+
+
+def open_payload(cipher: RowCipher, app_id: str, row_id: int, payload: str) -> str:
+    """The payload column's plaintext (the message JSON), sealed or not."""
+    return cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id)
+
+
+def decode_row(cipher: RowCipher, app_id: str, row_id: int, payload: str) -> Message:
+    """The message of one stored original row (opened, then parsed). Without keys the payload
+    is parsed as it is (nothing added to the read path); a sealed one then fails to parse and
+    raises :class:`~memstore.errors.UnknownKeyError` naming its key id."""
+    if not cipher.enabled:
+        try:
+            return decode_payload(payload, row_id)
+        except StorageError:
+            if is_sealed(payload):
+                cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id)  # raises, naming the key
+            raise
+    return decode_payload(cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id), row_id)
+
+
+def open_content(cipher: RowCipher, app_id: str, row_id: int, content: str) -> str:
+    """The display row's text, sealed or not."""
+    return cipher.open(content, DISPLAY_CONTENT, app_id, row_id)
+
+
+def seal_original(cipher: RowCipher, row: dict[str, Any]) -> dict[str, Any]:
+    """A full original row dict (with ``id``) with its payload sealed (as it is when off)."""
+    if cipher.enabled:
+        row["payload"] = cipher.seal(row["payload"], ORIGINAL_PAYLOAD, row["app_id"], row["id"])
+    return row
+
+
+def seal_display(cipher: RowCipher, row: dict[str, Any]) -> dict[str, Any]:
+    """A full display row dict (with ``id``) with its content sealed (as it is when off)."""
+    if cipher.enabled:
+        row["content"] = cipher.seal(row["content"], DISPLAY_CONTENT, row["app_id"], row["id"])
+    return row
 
 
 def original_row(

@@ -10,12 +10,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
+from memstore.core.crypto import RowCipher
+from memstore.core.export import open_result, seal_result
 from memstore.guard.executions import Execution
 from memstore.sql.engine import translated_errors
 from memstore.sql.schema import tool_executions
 
 
-def _execution(row: Any) -> Execution:
+def _execution(row: Any, cipher: RowCipher) -> Execution:
     return Execution(
         app_id=row.app_id,
         idempotency_key=row.idempotency_key,
@@ -24,7 +26,7 @@ def _execution(row: Any) -> Execution:
         state=row.state,
         attempts=row.attempts,
         tool_call_id=row.tool_call_id,
-        result=row.result,
+        result=open_result(cipher, row.app_id, row.idempotency_key, row.result),
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -35,10 +37,12 @@ def _key_clause(app_id: Any, key: Any) -> sa.ColumnElement[bool]:
 
 
 class _ExecutionTable:
-    """Statements over ``tool_executions``; transitions are compare-and-set UPDATEs."""
+    """Statements over ``tool_executions``; transitions are compare-and-set UPDATEs. The
+    ``result`` column is sealed and opened by ``cipher``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
         self._by_key = sa.select(tool_executions).where(
             _key_clause(sa.bindparam("app_id"), sa.bindparam("key"))
         )
@@ -47,7 +51,7 @@ class _ExecutionTable:
         """One primary-key read."""
         with translated_errors("reading a tool execution"), self.engine.connect() as conn:
             row = conn.execute(self._by_key, {"app_id": app_id, "key": key}).first()
-        return None if row is None else _execution(row)
+        return None if row is None else _execution(row, self.cipher)
 
     def select(self, app_id: str, states: Sequence[str] | None, limit: int) -> list[Execution]:
         query = sa.select(tool_executions).where(tool_executions.c.app_id == app_id)
@@ -55,10 +59,11 @@ class _ExecutionTable:
             query = query.where(tool_executions.c.state.in_(list(states)))
         query = query.order_by(tool_executions.c.updated_at.desc()).limit(limit)
         with translated_errors("reading tool executions"), self.engine.connect() as conn:
-            return [_execution(row) for row in conn.execute(query)]
+            return [_execution(row, self.cipher) for row in conn.execute(query)]
 
     def insert(self, values: dict[str, Any]) -> bool:
         """Insert a new record; False when the key already has one (a concurrent insert)."""
+        values = self._sealed(values["app_id"], values["idempotency_key"], values)
         with translated_errors("recording a tool execution"):
             try:
                 with self.engine.begin() as conn:
@@ -71,6 +76,7 @@ class _ExecutionTable:
         self, app_id: str, key: str, from_states: Sequence[str], values: dict[str, Any]
     ) -> bool:
         """Set ``values`` when the record's state is one of ``from_states``; True if it was."""
+        values = self._sealed(app_id, key, values)
         statement = (
             tool_executions.update()
             .where(_key_clause(app_id, key), tool_executions.c.state.in_(list(from_states)))
@@ -78,3 +84,8 @@ class _ExecutionTable:
         )
         with translated_errors("updating a tool execution"), self.engine.begin() as conn:
             return conn.execute(statement).rowcount == 1
+
+    def _sealed(self, app_id: str, key: str, values: dict[str, Any]) -> dict[str, Any]:
+        if values.get("result") is None or not self.cipher.enabled:
+            return values
+        return {**values, "result": seal_result(self.cipher, app_id, key, values["result"])}

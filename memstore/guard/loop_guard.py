@@ -122,7 +122,7 @@ class LoopGuard:
         self.history_rows = rows
         self.debug = store.settings.guard_debug if debug is None else debug
         self._clock = clock
-        self._executions = _ExecutionTable(store.engine)
+        self._executions = _ExecutionTable(store.engine, store.cipher)
         # built once: the newest rows of one app (bound app id), like the loader's query
         self._history_query = (
             sa.select(original.c.id, original.c.message_type, original.c.payload)
@@ -226,7 +226,12 @@ class LoopGuard:
             assert review is not None
             return review, NoProgressDecision(False, 0, None)
         decision = decide_from_newest_rows(
-            self._history(app), name, arguments, self.max_identical_repeats
+            self._history(app),
+            name,
+            arguments,
+            self.max_identical_repeats,
+            cipher=self.store.cipher,
+            app_id=app,
         )
         if decision.blocked:
             assert decision.checkpoint_id is not None

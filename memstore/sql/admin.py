@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from memstore.core.crypto import RowCipher
 from memstore.core.window import StoredMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
@@ -43,14 +44,16 @@ def count_apps(engine: Engine) -> int:
         return int(conn.execute(query).scalar() or 0)
 
 
-def iter_history(engine: Engine, app_id: str, page: int = ROW_PAGE) -> Iterator[StoredMessage]:
-    """Every non-deleted original row of the app, in id order."""
+def iter_history(
+    engine: Engine, app_id: str, cipher: RowCipher, page: int = ROW_PAGE
+) -> Iterator[StoredMessage]:
+    """Every non-deleted original row of the app, in id order (texts opened by ``cipher``)."""
     after = -1
     while True:
         query = oldest_first_query(app_id, after, page)
         with translated_errors("reading history"), engine.connect() as conn:
             rows = list(conn.execute(query))
-        yield from rows_to_messages(reversed(rows))
+        yield from rows_to_messages(reversed(rows), app_id, cipher)
         if len(rows) < page:
             return
         after = rows[-1].id

@@ -15,6 +15,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
@@ -141,8 +142,9 @@ async def awrite_retrying(
 class AsyncSqlHistory:
     """The two history tables on one async engine."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
         self._read_options = read_options(engine.sync_engine)
 
     async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
@@ -153,7 +155,7 @@ class AsyncSqlHistory:
 
         with translated_errors("reading history"):
             rows = await aread_retrying(self.engine, work, **self._read_options)
-        return rows_to_messages(rows)
+        return rows_to_messages(rows, app_id, self.cipher)
 
     async def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
@@ -166,10 +168,12 @@ class AsyncSqlHistory:
             step = await generation.abump(conn, app_id)
             newest = (await conn.execute(NEWEST_IDS, {"app_id": app_id})).one()
             ids = issue_ids(plan.id_count, newest_of(*newest))
-            missing = await self._unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
+            missing = await self._unrequested(
+                conn, app_id, plan.unresolved_call_ids, below=ids[0], cipher=self.cipher
+            )
             if missing:
                 raise unknown_call_error(app_id, missing)
-            original_rows, display_rows = rows_with_ids(plan, ids)
+            original_rows, display_rows = rows_with_ids(plan, ids, self.cipher)
             if original_rows:
                 await conn.execute(original.insert(), original_rows)
             if display_rows:
@@ -188,14 +192,14 @@ class AsyncSqlHistory:
 
     @staticmethod
     async def _unrequested(
-        conn: AsyncConnection, app_id: str, call_ids: set[str], below: int
+        conn: AsyncConnection, app_id: str, call_ids: set[str], below: int, cipher: RowCipher
     ) -> set[str]:
         missing = set(call_ids)
         before = below
         while missing:
             page = (await conn.execute(request_scan_query(app_id, before))).all()
             for row in page:
-                missing.difference_update(requested_ids_in(row.payload))
+                missing.difference_update(requested_ids_in(row.payload, app_id, row.id, cipher))
             if len(page) < REQUEST_SCAN_PAGE:
                 break
             before = page[-1].id
@@ -205,7 +209,7 @@ class AsyncSqlHistory:
         with translated_errors("reading display history"):
             async with self.engine.connect() as conn:
                 result = await conn.execute(history_query(app_id, limit, before_id))
-                return [display_entry(row) for row in result.all()]
+                return [display_entry(row, self.cipher) for row in result.all()]
 
     async def purge(self, app_id: str) -> tuple[int, int, int]:
         with translated_errors("purging history"):

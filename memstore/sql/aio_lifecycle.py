@@ -10,7 +10,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memstore.core.export import ORIGINAL, AppCounts, ImportRow, changed_apps, plan_import
+from memstore.core.crypto import RowCipher
+from memstore.core.export import (
+    ORIGINAL,
+    AppCounts,
+    ImportRow,
+    changed_apps,
+    plan_import,
+    seal_inserts,
+)
 from memstore.core.retention import PrunePlan, PruneRow
 from memstore.sql import generation
 from memstore.sql.admin import APP_PAGE
@@ -61,8 +69,9 @@ async def iter_app_ids(engine: AsyncEngine, page: int = APP_PAGE) -> AsyncIterat
 class AsyncSqlRetention:
     """Prune statements on one async engine (see :class:`memstore.sql.lifecycle.SqlRetention`)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
 
     async def snapshot(self, app_id: str) -> Snapshot:
         with translated_errors("reading history for a prune"):
@@ -73,7 +82,7 @@ class AsyncSqlRetention:
                 while newest_original is not None:
                     query = prune_rows_query(app_id, after, newest_original, PRUNE_PAGE)
                     page = (await conn.execute(query)).all()
-                    rows.extend(prune_row(row) for row in page)
+                    rows.extend(prune_row(row, app_id, self.cipher) for row in page)
                     if len(page) < PRUNE_PAGE:
                         break
                     after = page[-1].id
@@ -138,8 +147,9 @@ class AsyncSqlExport:
     """Export pages and import batches on one async engine (see
     :class:`memstore.sql.export.SqlExport`)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
 
     def app_rows(self, table: sa.Table, app_id: str) -> AsyncIterator[Any]:
         return self.pages(partial(app_page, table, app_id), -1, "id")
@@ -184,7 +194,7 @@ class AsyncSqlExport:
                     name: existing_from(name, (await conn.execute(query)).all())
                     for name, query in existing_queries(batch).items()
                 }
-                inserts = plan_import(batch, existing, counts)
+                inserts = seal_inserts(self.cipher, plan_import(batch, existing, counts))
                 for app_id in changed_apps(inserts):
                     await generation.abump(conn, app_id)
                 for name, rows in inserts.items():

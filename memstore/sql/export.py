@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from memstore.core.crypto import RowCipher
 from memstore.core.export import (
     DISPLAY,
     ORIGINAL,
@@ -18,6 +19,7 @@ from memstore.core.export import (
     ImportRow,
     changed_apps,
     plan_import,
+    seal_inserts,
 )
 from memstore.reports import ImportCounts, ImportReport
 from memstore.sql import generation
@@ -135,8 +137,9 @@ def import_report(records: int, counts: Mapping[str, AppCounts]) -> ImportReport
 class SqlExport:
     """Export pages and import batches on one synchronous engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
 
     def app_rows(self, table: sa.Table, app_id: str) -> Iterator[Any]:
         return self.pages(partial(app_page, table, app_id), -1, "id")
@@ -168,7 +171,9 @@ class SqlExport:
         """Insert the batch's new rows in one transaction; return the apps whose original
         history got rows."""
         with translated_errors("importing records"), self.engine.begin() as conn:
-            inserts = plan_import(batch, self._existing(conn, batch), counts)
+            inserts = seal_inserts(
+                self.cipher, plan_import(batch, self._existing(conn, batch), counts)
+            )
             for app_id in changed_apps(inserts):
                 generation.bump(conn, app_id)  # in-process windows of other processes see it
             for name, rows in inserts.items():

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from memstore.core.crypto import RowCipher
 from memstore.core.retention import PruneBatch, PrunePlan, PruneRow, RetentionRule, plan_prune
 from memstore.core.rows import AI, SYSTEM, TOOL_REQUEST, TOOL_RESULT
 from memstore.core.window import KIND_AI, KIND_REQUEST, KIND_RESULT, KIND_SYSTEM, KIND_USER
@@ -70,10 +71,10 @@ def prune_rows_query(app_id: str, after_id: int, snapshot_id: int, limit: int) -
     )
 
 
-def prune_row(row: Any) -> PruneRow:
+def prune_row(row: Any, app_id: str, cipher: RowCipher) -> PruneRow:
     kind = _KINDS.get(row.message_type, KIND_USER)
     if kind == KIND_REQUEST:
-        call_ids: tuple[str, ...] = tuple(requested_ids_in(row.payload))
+        call_ids: tuple[str, ...] = tuple(requested_ids_in(row.payload, app_id, row.id, cipher))
     elif kind == KIND_RESULT:
         call_ids = (row.tool_call_id or "",)
     else:
@@ -222,8 +223,9 @@ def prune_is_empty(report: PruneReport) -> bool:
 class SqlRetention:
     """Prune statements on one synchronous engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
 
     def snapshot(self, app_id: str) -> Snapshot:
         with translated_errors("reading history for a prune"), self.engine.connect() as conn:
@@ -234,7 +236,7 @@ class SqlRetention:
                 page = conn.execute(
                     prune_rows_query(app_id, after, newest_original, PRUNE_PAGE)
                 ).all()
-                rows.extend(prune_row(row) for row in page)
+                rows.extend(prune_row(row, app_id, self.cipher) for row in page)
                 if len(page) < PRUNE_PAGE:
                     break
                 after = page[-1].id

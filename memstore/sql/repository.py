@@ -9,10 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.rows import TOOL_REQUEST, decode_payload
+from memstore.core.rows import TOOL_REQUEST, decode_row, open_content, open_payload
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
@@ -103,9 +104,14 @@ def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]
     )
 
 
-def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
-    """Newest-first result rows to chronological stored messages."""
-    out = [StoredMessage(row.id, decode_payload(row.payload, row.id)) for row in rows]
+def rows_to_messages(rows: Iterable[Any], app_id: str, cipher: RowCipher) -> list[StoredMessage]:
+    """Newest-first result rows of ``app_id`` to chronological stored messages. The rows are
+    fetched whole first: a row that fails to decode must not leave a half-read cursor (on
+    SQLite an unfinished statement keeps its read snapshot on the pooled connection)."""
+    fetched = list(rows)
+    out = [
+        StoredMessage(row.id, decode_row(cipher, app_id, row.id, row.payload)) for row in fetched
+    ]
     out.reverse()
     return out
 
@@ -147,9 +153,9 @@ def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
     return query
 
 
-def requested_ids_in(payload: str) -> list[str]:
-    """The call ids a tool-request payload holds."""
-    data = json.loads(payload)
+def requested_ids_in(payload: str, app_id: str, row_id: int, cipher: RowCipher) -> list[str]:
+    """The call ids a stored tool-request payload (row ``row_id`` of ``app_id``) holds."""
+    data = json.loads(open_payload(cipher, app_id, row_id, payload))
     return [call["id"] for call in data.get("tool_requests", [])]
 
 
@@ -165,13 +171,13 @@ def history_query(app_id: str, limit: int, before_id: int | None) -> sa.Select[A
     return query
 
 
-def display_entry(row: Any) -> DisplayEntry:
+def display_entry(row: Any, cipher: RowCipher) -> DisplayEntry:
     return DisplayEntry(
         id=row.id,
         app_id=row.app_id,
         user_id=row.user_id,
         role=row.role,
-        text=row.content,
+        text=open_content(cipher, row.app_id, row.id, row.content),
         status=row.status,
         created_at=row.created_at,
     )
@@ -199,7 +205,7 @@ def adapter_record_deletes(app_id: str) -> tuple[sa.Delete, ...]:
 
 
 def insert_plan(
-    conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+    conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer, cipher: RowCipher
 ) -> tuple[list[int], GenerationStep]:
     """Write the plan's rows in the caller's transaction; return the original rows' ids and
     the app's generation step.
@@ -215,10 +221,10 @@ def insert_plan(
     step = generation.bump(conn, app_id)
     newest = conn.execute(NEWEST_IDS, {"app_id": app_id}).one()
     ids = issue_ids(plan.id_count, newest_of(*newest))
-    missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
+    missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0], cipher=cipher)
     if missing:
         raise unknown_call_error(app_id, missing)
-    original_rows, display_rows = rows_with_ids(plan, ids)
+    original_rows, display_rows = rows_with_ids(plan, ids, cipher)
     if original_rows:
         conn.execute(original.insert(), original_rows)
     if display_rows:
@@ -226,13 +232,15 @@ def insert_plan(
     return ids[: len(original_rows)], step
 
 
-def _unrequested(conn: Connection, app_id: str, call_ids: set[str], below: int) -> set[str]:
+def _unrequested(
+    conn: Connection, app_id: str, call_ids: set[str], below: int, cipher: RowCipher
+) -> set[str]:
     missing = set(call_ids)
     before = below
     while missing:
         page = conn.execute(request_scan_query(app_id, before)).all()
         for row in page:
-            missing.difference_update(requested_ids_in(row.payload))
+            missing.difference_update(requested_ids_in(row.payload, app_id, row.id, cipher))
         if len(page) < REQUEST_SCAN_PAGE:
             break
         before = page[-1].id
@@ -240,10 +248,12 @@ def _unrequested(conn: Connection, app_id: str, call_ids: set[str], below: int) 
 
 
 class SqlHistory:
-    """The two history tables on one synchronous engine."""
+    """The two history tables on one synchronous engine; ``cipher`` seals and opens their
+    texts."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cipher: RowCipher) -> None:
         self.engine = engine
+        self.cipher = cipher
         self._read_options = read_options(engine)
 
     def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
@@ -255,7 +265,7 @@ class SqlHistory:
                 lambda conn: conn.execute(statement, params).all(),
                 **self._read_options,
             )
-        return rows_to_messages(rows)
+        return rows_to_messages(rows, app_id, self.cipher)
 
     def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
@@ -267,7 +277,7 @@ class SqlHistory:
             return [], None
         with translated_errors("writing history"):
             return write_retrying(
-                self.engine, lambda conn: insert_plan(conn, app_id, plan, issue_ids)
+                self.engine, lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher)
             )
 
     def generation(self, app_id: str) -> int:
@@ -280,7 +290,8 @@ class SqlHistory:
     def history(self, app_id: str, limit: int, before_id: int | None) -> list[DisplayEntry]:
         with translated_errors("reading display history"), self.engine.connect() as conn:
             return [
-                display_entry(row) for row in conn.execute(history_query(app_id, limit, before_id))
+                display_entry(row, self.cipher)
+                for row in conn.execute(history_query(app_id, limit, before_id)).all()
             ]
 
     def purge(self, app_id: str) -> tuple[int, int, int]:

@@ -52,6 +52,8 @@ class AdapterEnv:
             database_url=self.url,
             redis_url=REDIS_URL if self.cache == "redis" else None,
             worker_id=WORKER_ID,
+            # MEMSTORE_TEST_ENCRYPTION_KEYS=kid:BASE64 runs every adapter test encrypted
+            encryption_keys=os.environ.get("MEMSTORE_TEST_ENCRYPTION_KEYS") or (),
         )
 
     def store(self) -> Any:

@@ -101,7 +101,7 @@ _LOCK = threading.Lock()
 
 
 def rows(store: MemoryStore, app_id: str) -> list[StoredMessage]:
-    return list(iter_history(store.engine, app_id))
+    return list(iter_history(store.engine, app_id, store.cipher))
 
 
 def lc_ids(stored: Sequence[StoredMessage]) -> list[str]:

@@ -81,7 +81,7 @@ def write(store: MemoryStore, app_id: str, steps: list[Step]) -> None:
 
 
 def rows_of(store: MemoryStore, app_id: str) -> list[tuple[int, Message]]:
-    return [(row.id, row.message) for row in admin.iter_history(store.engine, app_id)]
+    return [(row.id, row.message) for row in admin.iter_history(store.engine, app_id, store.cipher)]
 
 
 def display_rows(store: MemoryStore, app_id: str) -> list[tuple[int, Any]]:

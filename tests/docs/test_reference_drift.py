@@ -91,7 +91,7 @@ def test_every_cli_option_is_documented_and_exists(path: str, command: click.Com
 
 
 def _render_default(value: Any) -> str:
-    if value is None:
+    if value is None or value == ():  # () : no encryption keys
         return "unset"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"

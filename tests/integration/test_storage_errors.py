@@ -29,6 +29,7 @@ from sqlalchemy.engine import Engine, make_url
 
 from memstore import MemoryStore, Settings, UserMessage
 from memstore.aio import AsyncMemoryStore
+from memstore.core.crypto import PLAIN
 from memstore.core.db_errors import DriverFailure, FailureKind, classify
 from memstore.core.plans import WritePlan
 from memstore.core.rows import original_row
@@ -254,7 +255,7 @@ def test_a_duplicate_id_error_carries_no_data(
     row_id = 1_000_000 + uuid.uuid4().int % 10**12
     try:
         with pytest.raises(IdCollisionError) as raised:
-            SqlHistory(engine).insert(
+            SqlHistory(engine, PLAIN).insert(
                 app, plan_of([secret_row(0, app), secret_row(0, app)]), fixed_ids(row_id, row_id)
             )
         assert_no_secret(leaked(raised.value))
@@ -272,7 +273,9 @@ def test_a_value_too_long_error_carries_no_data(
     long_app = "app-" + SECRET * 20  # longer than the column (128 characters, 512 bytes)
     try:
         with pytest.raises(StorageError) as raised:
-            SqlHistory(engine).insert(long_app, plan_of([secret_row(0, long_app)]), fixed_ids(42))
+            SqlHistory(engine, PLAIN).insert(
+                long_app, plan_of([secret_row(0, long_app)]), fixed_ids(42)
+            )
         assert raised.value.kind == "value rejected"
         assert raised.value.code in ("22001", "1406")
         assert_no_secret(leaked(raised.value))
@@ -409,7 +412,7 @@ def test_the_async_store_raises_the_same_data_free_errors(
             await store.append(app, [UserMessage(text="first")])
             row_id = 2_000_000 + uuid.uuid4().int % 10**12
             try:
-                await AsyncSqlHistory(store.engine).insert(
+                await AsyncSqlHistory(store.engine, store.cipher).insert(
                     app,
                     plan_of([secret_row(0, app), secret_row(0, app)]),
                     fixed_ids(row_id, row_id),

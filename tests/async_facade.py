@@ -137,6 +137,9 @@ class SyncFacade:
         """Where statement events of the async store fire."""
         self.cache = SyncCache(store.cache, self._run)
 
+    def metrics(self) -> dict[str, int]:
+        return self._store.metrics()
+
     def append(self, app_id: Any, messages: Iterable[Any], user_id: str | None = None) -> list[int]:
         return self._run(self._store.append(app_id, messages, user_id=user_id))
 

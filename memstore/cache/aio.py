@@ -98,11 +98,14 @@ class AsyncInProcessWindowCache:
         self._cache.close()
 
 
-def make_async_client(target: RedisTarget, timeout_seconds: float) -> AsyncClient:
-    """An asyncio client for ``target`` (none of them does I/O before its first command)."""
+def make_async_client(
+    target: RedisTarget, timeout_seconds: float
+) -> tuple[AsyncClient, list[aioredis.Redis]]:
+    """An asyncio client for ``target`` (none of them does I/O before its first command), and
+    the helper clients to close with it (a Sentinel's connections to the sentinels)."""
     options = client_options(timeout_seconds)
     if target.kind == "cluster":
-        return RedisCluster(
+        cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
             ssl=target.tls,
             require_full_coverage=False,
@@ -111,6 +114,7 @@ def make_async_client(target: RedisTarget, timeout_seconds: float) -> AsyncClien
             socket_connect_timeout=timeout_seconds,
             retry=AsyncRetry(NoBackoff(), 0),
         )
+        return cluster, []
     if target.kind == "sentinel":
         assert target.master_name is not None
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -121,8 +125,8 @@ def make_async_client(target: RedisTarget, timeout_seconds: float) -> AsyncClien
             **({"ssl": True} if target.tls else {}),
         )
         client: aioredis.Redis = sentinel.master_for(target.master_name, db=target.db)
-        return client
-    return aioredis.Redis.from_url(target.url, **options)
+        return client, list(sentinel.sentinels)
+    return aioredis.Redis.from_url(target.url, **options), []
 
 
 class AsyncRedisWindowCache:
@@ -136,8 +140,12 @@ class AsyncRedisWindowCache:
         owns_client: bool = False,
         retry_after_seconds: float = 1.0,
         metrics: Metrics | None = None,
+        also_close: Sequence[aioredis.Redis] = (),
     ) -> None:
+        """``also_close``: helper clients :meth:`close` closes too (when the cache owns its
+        client)."""
         self._client = client
+        self._also_close = list(also_close)
         self._policy = policy
         self._owns_client = owns_client
         self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
@@ -161,8 +169,8 @@ class AsyncRedisWindowCache:
         except ValueError as error:
             raise ConfigurationError(f"invalid redis_url: {error}") from error
         refuse_cluster_node(target, timeout_seconds)
-        client = make_async_client(target, timeout_seconds)
-        return cls(client, policy, owns_client=True, metrics=metrics)
+        client, helpers = make_async_client(target, timeout_seconds)
+        return cls(client, policy, owns_client=True, metrics=metrics, also_close=helpers)
 
     @property
     def client(self) -> AsyncClient:
@@ -231,3 +239,5 @@ class AsyncRedisWindowCache:
     async def close(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+            for helper in self._also_close:
+                await helper.aclose()

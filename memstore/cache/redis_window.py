@@ -67,18 +67,22 @@ def _credentials(target: RedisTarget) -> dict[str, Any]:
     return found
 
 
-def make_client(target: RedisTarget, timeout_seconds: float) -> SyncClient:
-    """A client for ``target``. A cluster client contacts the nodes here (call it inside a
+def make_client(
+    target: RedisTarget, timeout_seconds: float
+) -> tuple[SyncClient, list[redis.Redis]]:
+    """A client for ``target``, and the helper clients to close with it (a Sentinel's
+    connections to the sentinels). A cluster client contacts the nodes here (call it inside a
     cache-error guard); the others connect on first use."""
     options = client_options(timeout_seconds)
     if target.kind == "cluster":
-        return RedisCluster(
+        cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],  # type: ignore[no-untyped-call]
             ssl=target.tls,
             require_full_coverage=False,
             **_credentials(target),
             **options,
         )
+        return cluster, []
     if target.kind == "sentinel":
         assert target.master_name is not None
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
@@ -89,8 +93,8 @@ def make_client(target: RedisTarget, timeout_seconds: float) -> SyncClient:
             **({"ssl": True} if target.tls else {}),
         )
         client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)  # type: ignore[no-untyped-call]
-        return client
-    return redis.Redis.from_url(target.url, **options)
+        return client, list(sentinel.sentinels)
+    return redis.Redis.from_url(target.url, **options), []
 
 
 def refuse_cluster_node(target: RedisTarget, timeout_seconds: float) -> None:
@@ -122,9 +126,13 @@ class RedisWindowCache:
         retry_after_seconds: float = 1.0,
         metrics: Metrics | None = None,
         connect: Callable[[], SyncClient] | None = None,
+        also_close: Sequence[redis.Redis] = (),
     ) -> None:
         """``client``: a ``redis.Redis`` or ``RedisCluster``; or ``None`` with ``connect``, a
-        factory the cache calls (again after a failure) until it gets a client."""
+        factory the cache calls (again after a failure) until it gets a client.
+        ``also_close``: helper clients :meth:`close` closes too (when the cache owns its
+        client)."""
+        self._also_close = list(also_close)
         if client is None and connect is None:
             raise ValueError("RedisWindowCache needs a client or a connect factory")
         self._policy = policy
@@ -160,9 +168,10 @@ class RedisWindowCache:
                 None,
                 policy,
                 metrics=metrics,
-                connect=lambda: make_client(target, timeout_seconds),
+                connect=lambda: make_client(target, timeout_seconds)[0],
             )
-        return cls(make_client(target, timeout_seconds), policy, owns_client=True, metrics=metrics)
+        client, helpers = make_client(target, timeout_seconds)
+        return cls(client, policy, owns_client=True, metrics=metrics, also_close=helpers)
 
     def _use(self, client: SyncClient) -> None:
         self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
@@ -251,5 +260,8 @@ class RedisWindowCache:
         return cache_plan.purge_outcome(self._run(cache_plan.purge_call(app_id)))
 
     def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
+        if self._owns_client:
+            if self._client is not None:
+                self._client.close()
+            for helper in self._also_close:
+                helper.close()

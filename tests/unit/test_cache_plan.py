@@ -109,7 +109,8 @@ def test_a_skipped_write_marks_its_app_dirty_once_and_is_replayed_on_its_route()
 
 def test_a_read_is_never_dirtying_and_a_failed_read_has_no_version() -> None:
     state = CacheState(1.0)
-    state.failed(cache_plan.read_call("a"), "", redis.ResponseError("MOVED 1 x:1"), 0, cluster=False)
+    moved = redis.ResponseError("MOVED 1 x:1")
+    state.failed(cache_plan.read_call("a"), "", moved, 0, cluster=False)
     assert state.dirty_apps() == []
     assert cache_plan.read_outcome(None).version == cache_plan.UNAVAILABLE
     assert cache_plan.store_call("a", POLICY, cache_plan.UNAVAILABLE, [], []) is None

@@ -21,7 +21,6 @@ from memstore.cache import keys
 from memstore.cache.base import CachedWindow, WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import (
-    CACHE_ERRORS,
     SCRIPTS,
     _credentials,
     client_options,
@@ -203,7 +202,8 @@ class AsyncRedisWindowCache:
                 await self._execute(cache_plan.invalidate_call(stale, self._policy))
                 self.state.cleaned(stale)
             reply = await self._execute(call)
-        except CACHE_ERRORS as error:
+        except Exception as error:
+            # (CACHE_ERRORS and whatever else the client raises: the write is durable in SQL)
             self.state.failed(call, route, error, time.monotonic(), cluster=self.is_cluster)
             return None
         self.state.succeeded(route)

@@ -21,6 +21,7 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -37,7 +38,8 @@ logger = logging.getLogger("memstore")
 
 __all__ = ["CACHE_ERRORS", "UNAVAILABLE", "RedisWindowCache", "client_options", "make_client"]
 
-CACHE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+CACHE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException, OSError)
+"""What the Redis clients raise (the caches treat any exception of their client as one)."""
 SCRIPTS: dict[cache_plan.Script, str] = {
     "read": scripts.READ,
     "append": scripts.APPEND,
@@ -226,7 +228,8 @@ class RedisWindowCache:
                 self._execute(cache_plan.invalidate_call(stale, self._policy))
                 self.state.cleaned(stale)
             reply = self._execute(call)
-        except CACHE_ERRORS as error:
+        except Exception as error:
+            # (CACHE_ERRORS and whatever else the client raises: the write is durable in SQL)
             self.state.failed(call, route, error, time.monotonic(), cluster=self.is_cluster)
             return None
         self.state.succeeded(route)

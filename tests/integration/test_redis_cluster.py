@@ -317,3 +317,18 @@ def test_sentinel_failover_that_lost_acknowledged_writes_serves_no_stale_window(
             break
         time.sleep(0.1)
     assert raw_window(sentinel.replica, app_id) == expected
+
+
+def test_cli_counts_the_windows_of_every_shard(cluster: Cluster, tmp_path: Path) -> None:
+    from memstore.cli import _count_windows
+
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'm.db'}",
+        redis_url=cluster.url,
+        redis_timeout_seconds=TIMEOUT,
+    )
+    with MemoryStore(settings) as store:
+        store.migrate()
+        app_ids = [app for apps in apps_per_master(cluster, 1).values() for app in apps]
+        cache(store, app_ids)
+        assert _count_windows(store) == len(app_ids)

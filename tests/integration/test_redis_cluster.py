@@ -332,3 +332,81 @@ def test_cli_counts_the_windows_of_every_shard(cluster: Cluster, tmp_path: Path)
         app_ids = [app for apps in apps_per_master(cluster, 1).values() for app in apps]
         cache(store, app_ids)
         assert _count_windows(store) == len(app_ids)
+
+
+PROCESSES = 4
+THREADS = 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scratch_database_url", ["sqlite", "postgres", "mysql"], indirect=True)
+def test_many_instances_through_a_failover_and_a_frozen_shard(
+    cluster: Cluster, scratch_database_url: str
+) -> None:
+    """4 processes x 4 threads without worker ids; a master is killed mid-run, later another
+    shard is frozen. Every id unique, every row present, no caller error, every cached window
+    equals a rebuild from SQL, and the untouched shard's apps hit throughout."""
+    import multiprocessing
+
+    import sqlalchemy as sa
+
+    from memstore.sql.schema import original
+    from tests.integration import cluster_worker
+
+    with MemoryStore(Settings(database_url=scratch_database_url)) as migrator:
+        migrator.migrate()
+    by_master = apps_per_master(cluster, 2)
+    killed, frozen, untouched = list(by_master)
+    apps = [app for group in by_master.values() for app in group]
+    context = multiprocessing.get_context("spawn")
+    ready, quiet = context.Barrier(PROCESSES + 1), context.Barrier(PROCESSES)
+    stop, results = context.Event(), context.Queue()
+    workers = [
+        context.Process(
+            target=cluster_worker.run,
+            args=(
+                *(scratch_database_url, cluster.url, apps, THREADS, f"p{i}"),
+                *(ready, stop, quiet, results),
+            ),
+        )
+        for i in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        ready.wait(120)  # spawned interpreters imported memstore, leased ids, cached windows
+        time.sleep(1)
+        started = time.time()
+        cluster.node(killed).kill()
+        time.sleep(6)
+        frozen_node = cluster.node(frozen)
+        frozen_node.pause()
+        time.sleep(3)
+        frozen_node.resume()
+        time.sleep(3)
+    finally:
+        stop.set()
+    reports = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+
+    assert [error for report in reports for error in report["errors"]] == []
+    written = [row for report in reports for row in report["written"]]
+    ids = [row_id for _, _, row_id in written]
+    assert len(ids) == len(set(ids)) and len(ids) > 100
+    engine = make_engine(scratch_database_url)
+    try:
+        with engine.connect() as conn:
+            rows = set(conn.execute(sa.select(original.c.app_id, original.c.id)))
+    finally:
+        engine.dispose()
+    assert {(app, row_id) for app, _, row_id in written} <= rows
+    assert all(ok for report in reports for ok in report["final"].values())
+    steady = [
+        hit
+        for report in reports
+        for when, app, hit in report["reads"]
+        if app in by_master[untouched] and when > started - 1
+    ]
+    assert steady and all(steady)  # the untouched shard's apps never stopped hitting
+

@@ -198,9 +198,9 @@ class AsyncRedisWindowCache:
             if step.refresh and isinstance(self._client, RedisCluster):
                 await self._client.nodes_manager.initialize()
                 self.state.refreshed(route)
-            for stale in step.replay:
+            for stale, marks in step.replay:
                 await self._execute(cache_plan.invalidate_call(stale, self._policy))
-                self.state.cleaned(stale)
+                self.state.cleaned(stale, marks)
             reply = await self._execute(call)
         except Exception as error:
             # (CACHE_ERRORS and whatever else the client raises: the write is durable in SQL)

@@ -224,9 +224,9 @@ class RedisWindowCache:
             if step.refresh:
                 self._refresh()
                 self.state.refreshed(route)
-            for stale in step.replay:
+            for stale, marks in step.replay:
                 self._execute(cache_plan.invalidate_call(stale, self._policy))
-                self.state.cleaned(stale)
+                self.state.cleaned(stale, marks)
             reply = self._execute(call)
         except Exception as error:
             # (CACHE_ERRORS and whatever else the client raises: the write is durable in SQL)

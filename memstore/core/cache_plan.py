@@ -155,11 +155,12 @@ class _Route:
 
 @dataclass(frozen=True, slots=True)
 class Go:
-    """Run the call: first drop the windows of ``replay`` (dirty apps on this route), after
-    refreshing the shell's view of the servers when ``refresh`` is set."""
+    """Run the call: first drop the windows of ``replay`` (dirty apps on this route, with how
+    often each was marked: pass both to :meth:`CacheState.cleaned`), after refreshing the
+    shell's view of the servers when ``refresh`` is set."""
 
     route: str
-    replay: list[str] = field(default_factory=list)
+    replay: list[tuple[str, int]] = field(default_factory=list)
     refresh: bool = False
 
 
@@ -175,7 +176,7 @@ class CacheState:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._routes: dict[str, _Route] = {}
-        self._dirty: dict[str, None] = {}  # insertion-ordered set
+        self._dirty: dict[str, int] = {}  # app -> how many times marked (insertion-ordered)
         self._listeners: list[DirtyListener] = []
 
     def add_dirty_listener(self, listener: DirtyListener) -> None:
@@ -188,7 +189,7 @@ class CacheState:
         served, and is dropped on the next successful contact with its route."""
         with self._lock:
             fresh = app_id not in self._dirty
-            self._dirty[app_id] = None
+            self._dirty[app_id] = self._dirty.get(app_id, 0) + 1
             listeners = tuple(self._listeners) if fresh else ()
         for listener in listeners:
             try:
@@ -204,10 +205,13 @@ class CacheState:
         with self._lock:
             return list(self._dirty)
 
-    def cleaned(self, app_id: str) -> None:
-        """The app's window was dropped after it became dirty."""
+    def cleaned(self, app_id: str, marks: int) -> None:
+        """The app's window was dropped after it had been marked ``marks`` times (as
+        :attr:`Go.replay` said); a mark since then (a write that failed meanwhile, on another
+        thread) keeps it dirty."""
         with self._lock:
-            self._dirty.pop(app_id, None)
+            if self._dirty.get(app_id) == marks:
+                del self._dirty[app_id]
 
     def begin(
         self, call: ScriptCall, route: str, now: float, route_of: Callable[[str], str]
@@ -218,18 +222,16 @@ class CacheState:
             state = self._routes.get(route)
             resting = state is not None and now < state.resting_until
             refresh = state is not None and state.refresh and not resting
-            dirty = list(self._dirty) if not resting else []
+            dirty = list(self._dirty.items()) if not resting else []
         if resting:
             if call.dirties:
                 self.mark_dirty(call.app_id)
             if call.script == "read":
                 self._count("cache_fallbacks")
             return None
-        replay = [app for app in dirty if app == call.app_id or route_of(app) == route]
-        if call.app_id in replay:  # the app itself first, whatever the cap
-            replay.remove(call.app_id)
-            replay.insert(0, call.app_id)
-        return Go(route, replay[:MAX_REPLAY], refresh)
+        own = [(app, marks) for app, marks in dirty if app == call.app_id]  # first, always
+        others = [(app, m) for app, m in dirty if app != call.app_id and route_of(app) == route]
+        return Go(route, (own + others)[:MAX_REPLAY], refresh)
 
     def succeeded(self, route: str) -> None:
         with self._lock:

@@ -102,9 +102,12 @@ def test_a_skipped_write_marks_its_app_dirty_once_and_is_replayed_on_its_route()
     other = state.begin(cache_plan.read_call("b/9"), "b", 0.3, route_of)
     assert other == cache_plan.Go("b")  # another shard's dirty apps are not its business
     go = state.begin(cache_plan.read_call("a/2"), "a", 2.0, route_of)
-    assert go is not None and go.replay == ["a/2", "a/1"]  # the app itself first
-    state.cleaned("a/2")
-    assert state.is_dirty("a/1") and not state.is_dirty("a/2")
+    assert go is not None and go.replay == [("a/2", 1), ("a/1", 2)]  # the app itself first
+    state.mark_dirty("a/1")  # a write failing on another thread while a/1 is dropped
+    state.cleaned("a/2", 1)
+    state.cleaned("a/1", 2)
+    assert state.is_dirty("a/1") and not state.is_dirty("a/2")  # a/1 stays dirty
+    assert seen == ["a/1", "a/2"]  # the listener hears each app once per dirty spell
 
 
 def test_a_read_is_never_dirtying_and_a_failed_read_has_no_version() -> None:

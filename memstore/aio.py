@@ -172,7 +172,10 @@ class AsyncMemoryStore(StoreBase):
         policy = WindowPolicy.from_settings(self.settings)
         if self.settings.redis_url:
             return AsyncRedisWindowCache.from_url(
-                self.settings.redis_url, policy, self.settings.redis_timeout_seconds
+                self.settings.redis_url,
+                policy,
+                self.settings.redis_timeout_seconds,
+                metrics=self._metrics,
             )
         return AsyncInProcessWindowCache(policy)
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from memstore.core.crypto import EncryptionKey, parse_keys
+from memstore.core.redis_url import parse_redis_url
 from memstore.errors import ConfigurationError, describe_validation_error
 
 ENV_PREFIX = "MEMSTORE_"
@@ -41,7 +42,9 @@ class Settings(BaseModel):
     database_url: str = "sqlite:///memstore.db"
     """SQLAlchemy URL of the history database (the source of truth)."""
     redis_url: str | None = None
-    """Redis URL of the memory windows; ``None`` keeps them in an in-process cache."""
+    """Redis URL of the memory windows (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+cluster://h:p[,h:p...]``, ``redis+sentinel://h:p[,h:p...]/MASTER[/db]``, or the
+    ``rediss+`` TLS forms); ``None`` keeps them in an in-process cache."""
     window_size: int = Field(default=60, ge=1, le=100_000)
     """Most messages a cached window keeps; adding more evicts from the front, group-safe."""
     window_max_tokens: int | None = Field(default=None, ge=1, le=2**40)
@@ -147,8 +150,7 @@ class Settings(BaseModel):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("not a Redis URL (redis://, rediss:// or unix://)")
+        parse_redis_url(value)  # a ValueError names the accepted forms (never the password)
         return value
 
     def __init__(self, **data: Any) -> None:

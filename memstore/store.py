@@ -149,7 +149,10 @@ class MemoryStore(StoreBase):
         policy = WindowPolicy.from_settings(self.settings)
         if self.settings.redis_url:
             return RedisWindowCache.from_url(
-                self.settings.redis_url, policy, self.settings.redis_timeout_seconds
+                self.settings.redis_url,
+                policy,
+                self.settings.redis_timeout_seconds,
+                metrics=self._metrics,
             )
         return InProcessWindowCache(policy)
 

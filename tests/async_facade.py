@@ -155,6 +155,9 @@ class SyncFacade:
             return None
         return list(self._run(cache.client.lrange(keys.window_key(app_id), 0, -1)))
 
+    def metrics(self) -> dict[str, int]:
+        return self._store.metrics()
+
     def append(self, app_id: Any, messages: Iterable[Any], user_id: str | None = None) -> list[int]:
         return self._run(self._store.append(app_id, messages, user_id=user_id))
 
@@ -211,9 +214,6 @@ class SyncFacade:
 
     def collector(self, app_id: Any, user_id: str | None = None) -> SyncCollector:
         return SyncCollector(self._store.collector(app_id, user_id), self._run)
-
-    def metrics(self) -> dict[str, int]:
-        return self._store.metrics()
 
     def health(self, timeout: float = 5.0) -> HealthReport:
         return self._run(self._store.health(timeout))

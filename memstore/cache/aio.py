@@ -1,31 +1,39 @@
 """Window caches for :class:`memstore.aio.AsyncMemoryStore`: ``redis.asyncio`` and in-process.
 
-Same scripts, argument layouts and failure rules as :mod:`memstore.cache.redis_window`; only
-the calls are awaited.
+The Redis cache is the asyncio shell over :mod:`memstore.core.cache_plan`, like
+:class:`memstore.cache.redis_window.RedisWindowCache`: same scripts, replies, failure and
+retry decisions; only the calls are awaited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
 
-from memstore.cache import keys, scripts
+from memstore.cache import keys
 from memstore.cache.base import CachedWindow, WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import (
-    CACHE_ERRORS,
-    UNAVAILABLE,
-    CacheHealth,
-    append_args,
-    cached_window,
+    SCRIPTS,
+    _credentials,
     client_options,
-    store_args,
+    refuse_cluster_node,
 )
+from memstore.core import cache_plan
+from memstore.core.cache_plan import CacheState, ScriptCall
+from memstore.core.redis_url import RedisTarget, parse_redis_url
 from memstore.core.window import WindowEntry
+from memstore.errors import ConfigurationError
+from memstore.metrics import Metrics
 
-T = TypeVar("T")
+AsyncClient = aioredis.Redis | RedisCluster
 
 
 class AsyncWindowCache(Protocol):
@@ -89,71 +97,124 @@ class AsyncInProcessWindowCache:
         self._cache.close()
 
 
+def make_async_client(
+    target: RedisTarget, timeout_seconds: float
+) -> tuple[AsyncClient, list[aioredis.Redis]]:
+    """An asyncio client for ``target`` (none of them does I/O before its first command), and
+    the helper clients to close with it (a Sentinel's connections to the sentinels)."""
+    options = client_options(timeout_seconds)
+    if target.kind == "cluster":
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+            ssl=target.tls,
+            require_full_coverage=False,
+            **_credentials(target),
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        return cluster, []
+    if target.kind == "sentinel":
+        assert target.master_name is not None
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.nodes),
+            sentinel_kwargs={**options, "ssl": target.tls} if target.tls else dict(options),
+            **_credentials(target),
+            **options,
+            **({"ssl": True} if target.tls else {}),
+        )
+        client: aioredis.Redis = sentinel.master_for(target.master_name, db=target.db)
+        return client, list(sentinel.sentinels)
+    return aioredis.Redis.from_url(target.url, **options), []
+
+
 class AsyncRedisWindowCache:
-    """Windows in Redis through ``redis.asyncio``."""
+    """Windows in Redis through ``redis.asyncio`` (one server, a cluster or a Sentinel master)."""
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncClient,
         policy: WindowPolicy,
         *,
         owns_client: bool = False,
         retry_after_seconds: float = 1.0,
+        metrics: Metrics | None = None,
+        also_close: Sequence[aioredis.Redis] = (),
     ) -> None:
+        """``also_close``: helper clients :meth:`close` closes too (when the cache owns its
+        client)."""
         self._client = client
+        self._also_close = list(also_close)
         self._policy = policy
         self._owns_client = owns_client
-        self._append = client.register_script(scripts.APPEND)
-        self._store = client.register_script(scripts.STORE)
-        self._health = CacheHealth(retry_after_seconds)
+        self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
+        self.state = CacheState(retry_after_seconds, metrics)
+        """Rest timers and dirty apps (``state.add_dirty_listener`` hooks the dirty event)."""
 
     @classmethod
     def from_url(
-        cls, url: str, policy: WindowPolicy, timeout_seconds: float
+        cls,
+        url: str,
+        policy: WindowPolicy,
+        timeout_seconds: float,
+        *,
+        metrics: Metrics | None = None,
     ) -> AsyncRedisWindowCache:
-        """Connect to ``url``; the cache closes the client it made."""
-        client = aioredis.Redis.from_url(url, **client_options(timeout_seconds))
-        return cls(client, policy, owns_client=True)
+        """Connect to ``url`` (any form of :mod:`memstore.core.redis_url`); the cache closes
+        the client it made. A plain URL that reaches a cluster node raises
+        :class:`ConfigurationError` (checked with a short blocking probe)."""
+        try:
+            target = parse_redis_url(url)
+        except ValueError as error:
+            raise ConfigurationError(f"invalid redis_url: {error}") from error
+        refuse_cluster_node(target, timeout_seconds)
+        client, helpers = make_async_client(target, timeout_seconds)
+        return cls(client, policy, owns_client=True, metrics=metrics, also_close=helpers)
 
     @property
-    def client(self) -> aioredis.Redis:
+    def client(self) -> AsyncClient:
         return self._client
 
-    async def _call(
-        self, what: str, app_id: str, action: Callable[[], Awaitable[T]], *, dirty: bool
-    ) -> T | None:
-        if self._health.resting(app_id, dirty=dirty):
+    @property
+    def is_cluster(self) -> bool:
+        return isinstance(self._client, RedisCluster)
+
+    def _route_of(self, app_id: str) -> str:
+        client = self._client
+        if not isinstance(client, RedisCluster):
+            return ""
+        try:
+            node = client.get_node_from_key(keys.window_key(app_id))
+        except Exception:  # no slot map yet
+            return "?"
+        return "?" if node is None else str(node.name)
+
+    async def _run(self, call: ScriptCall) -> Any:
+        route = self._route_of(call.app_id)
+        step = self.state.begin(call, route, time.monotonic(), self._route_of)
+        if step is None:
             return None
         try:
-            for stale in self._health.dirty_apps():
-                await self._invalidate_now(stale)
-                self._health.cleaned(stale)
-            return await action()
-        except CACHE_ERRORS as error:
-            self._health.failed(what, app_id, error, dirty=dirty)
+            if step.refresh and isinstance(self._client, RedisCluster):
+                await self._client.nodes_manager.initialize()
+                self.state.refreshed(route)
+            for stale, marks in step.replay:
+                await self._execute(cache_plan.invalidate_call(stale, self._policy))
+                self.state.cleaned(stale, marks)
+            reply = await self._execute(call)
+        except Exception as error:
+            # (CACHE_ERRORS and whatever else the client raises: the write is durable in SQL)
+            self.state.failed(call, route, error, time.monotonic(), cluster=self.is_cluster)
             return None
+        self.state.succeeded(route)
+        return reply
 
-    async def _invalidate_now(self, app_id: str) -> None:
-        window, interrupted, version = keys.app_keys(app_id)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.delete(window, interrupted)
-        pipe.incr(version)
-        pipe.expire(version, self._policy.ttl_seconds)
-        await pipe.execute()
+    async def _execute(self, call: ScriptCall) -> Any:
+        return await self._scripts[call.script](keys=call.keys, args=call.args)
 
     async def read(self, app_id: str) -> CachedWindow:
-        async def action() -> CachedWindow:
-            raw = await self._client.lrange(keys.window_key(app_id), 0, -1)
-            if raw:
-                hit = cached_window(raw, b"", app_id, self._policy.cipher)
-                if hit.messages is not None:
-                    return hit
-                # An entry did not decode: a miss guarded by the real version (see the sync
-                # cache), so the rebuild replaces the bad window.
-            return cached_window([], await self._client.get(keys.version_key(app_id)))
-
-        result = await self._call("read", app_id, action, dirty=False)
-        return result if result is not None else CachedWindow(None, UNAVAILABLE)
+        reply = await self._run(cache_plan.read_call(app_id))
+        return cache_plan.read_outcome(reply, app_id, self._policy.cipher)
 
     async def store(
         self,
@@ -162,34 +223,22 @@ class AsyncRedisWindowCache:
         synthetic_call_ids: Sequence[str],
         expected_version: str,
     ) -> bool:
-        if expected_version == UNAVAILABLE or not entries:
-            return False
-        args = store_args(self._policy, expected_version, entries, synthetic_call_ids, app_id)
-        app_keys = list(keys.app_keys(app_id))
-
-        async def action() -> object:
-            return await self._store(keys=app_keys, args=args)
-
-        return await self._call("store", app_id, action, dirty=False) == 1
+        call = cache_plan.store_call(
+            app_id, self._policy, expected_version, entries, synthetic_call_ids
+        )
+        return call is not None and cache_plan.store_outcome(await self._run(call))
 
     async def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        args = append_args(self._policy, entries, app_id)
-        app_keys = list(keys.app_keys(app_id))
-
-        async def action() -> object:
-            return await self._append(keys=app_keys, args=args)
-
-        await self._call("append", app_id, action, dirty=True)
+        await self._run(cache_plan.append_call(app_id, self._policy, entries))
 
     async def invalidate(self, app_id: str) -> None:
-        await self._call("invalidate", app_id, lambda: self._invalidate_now(app_id), dirty=True)
+        await self._run(cache_plan.invalidate_call(app_id, self._policy))
 
     async def purge(self, app_id: str) -> int:
-        async def action() -> int:
-            return int(await self._client.delete(*keys.app_keys(app_id)))
-
-        return await self._call("purge", app_id, action, dirty=True) or 0
+        return cache_plan.purge_outcome(await self._run(cache_plan.purge_call(app_id)))
 
     async def close(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+            for helper in self._also_close:
+                await helper.aclose()

@@ -1,16 +1,27 @@
 """Every Redis key name memstore uses. No key is spelled anywhere else.
 
-Keys of one app share the hash tag ``{<app_id>}``, so Redis Cluster keeps them on one slot and
-the Lua scripts may touch them together.
+Keys of one app share one non-empty hash tag, so Redis Cluster keeps them on one slot and the
+Lua scripts may touch them together. The tag is the app id itself when that is safe
+(``memstore:{chat-42}:window``); an app id that is empty, holds ``{`` or ``}``, or starts with
+``=`` is written as ``=`` followed by its UTF-8 bytes in hex (``}x`` -> ``memstore:{=7d78}:...``),
+so the tag is never empty, never cut short by a brace, and two apps never share a key.
 """
 
 from __future__ import annotations
 
 PREFIX = "memstore"
+ESCAPE = "="
+
+
+def hash_tag(app_id: str) -> str:
+    """The text between the braces of the app's keys (never empty, never holds a brace)."""
+    if app_id and "{" not in app_id and "}" not in app_id and not app_id.startswith(ESCAPE):
+        return app_id
+    return ESCAPE + app_id.encode("utf-8").hex()
 
 
 def _key(app_id: str, part: str) -> str:
-    return f"{PREFIX}:{{{app_id}}}:{part}"
+    return f"{PREFIX}:{{{hash_tag(app_id)}}}:{part}"
 
 
 def window_key(app_id: str) -> str:
@@ -28,9 +39,15 @@ def version_key(app_id: str) -> str:
     return _key(app_id, "version")
 
 
-def app_keys(app_id: str) -> tuple[str, str, str]:
+def origin_key(app_id: str) -> str:
+    """The replication id of the master the window was stored on (a window stored on another
+    master, i.e. before a failover that may have lost writes, is a miss)."""
+    return _key(app_id, "origin")
+
+
+def app_keys(app_id: str) -> tuple[str, str, str, str]:
     """All keys of one app, in the order the Lua scripts take them."""
-    return window_key(app_id), interrupted_key(app_id), version_key(app_id)
+    return window_key(app_id), interrupted_key(app_id), version_key(app_id), origin_key(app_id)
 
 
 WINDOW_PATTERN = f"{PREFIX}:{{*}}:window"

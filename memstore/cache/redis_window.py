@@ -1,13 +1,13 @@
 """The Redis window cache. Redis failures never reach the caller.
 
-A failed or timed-out call counts as a miss (reads go to SQL) or a skipped update (writes are
-already durable in SQL). Apps whose update was skipped are remembered and their windows are
-dropped on the next successful contact, so a window that missed a write is rebuilt rather
-than served stale. After a failure the cache rests for ``retry_after_seconds`` instead of
-paying the timeout on every call.
+A thin I/O shell over :mod:`memstore.core.cache_plan`, which decides what each operation sends,
+how a reply reads, and what a failure means: a failed or timed-out call counts as a miss (reads
+go to SQL) or a skipped update (writes are already durable in SQL, the app is marked dirty and
+its window dropped on the next successful contact). After a failure the server (the cluster
+shard) rests for ``retry_after_seconds``; other shards keep serving.
 
-The argument layouts and the failure bookkeeping here are shared with the asyncio twin in
-:mod:`memstore.cache.aio`.
+The client comes from :func:`make_client`: one server, a Redis Cluster or a Sentinel-managed
+master (see :mod:`memstore.core.redis_url`). The asyncio twin is :mod:`memstore.cache.aio`.
 """
 
 from __future__ import annotations
@@ -16,26 +16,39 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
-from pydantic import ValidationError
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from memstore.cache import keys, scripts
-from memstore.cache.base import CachedWindow, WindowPolicy, decode_entries, encode_entry
-from memstore.core.crypto import PLAIN, RowCipher
+from memstore.cache.base import CachedWindow, WindowPolicy
+from memstore.core import cache_plan
+from memstore.core.cache_plan import UNAVAILABLE, CacheState, ScriptCall
+from memstore.core.redis_url import RedisTarget, parse_redis_url
 from memstore.core.window import WindowEntry
-from memstore.errors import MemstoreError
+from memstore.errors import ConfigurationError
+from memstore.metrics import Metrics
 
 logger = logging.getLogger("memstore")
 
-T = TypeVar("T")
+__all__ = ["CACHE_ERRORS", "UNAVAILABLE", "RedisWindowCache", "client_options", "make_client"]
 
-CACHE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-UNAVAILABLE = "\x00unavailable"
-"""The version of a read that failed; a rebuild guarded by it is never stored."""
+CACHE_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException, OSError)
+"""What the Redis clients raise (the caches treat any exception of their client as one)."""
+SCRIPTS: dict[cache_plan.Script, str] = {
+    "read": scripts.READ,
+    "append": scripts.APPEND,
+    "store": scripts.STORE,
+    "invalidate": scripts.INVALIDATE,
+    "purge": scripts.PURGE,
+}
+
+SyncClient = redis.Redis | RedisCluster
 
 
 def client_options(timeout_seconds: float) -> dict[str, Any]:
@@ -47,93 +60,60 @@ def client_options(timeout_seconds: float) -> dict[str, Any]:
     }
 
 
-def append_args(policy: WindowPolicy, entries: Sequence[WindowEntry], app_id: str) -> list[Any]:
-    """ARGV of :data:`scripts.APPEND`."""
-    return [
-        policy.ttl_seconds,
-        policy.max_messages,
-        "1" if policy.start_at_user else "0",
-        policy.max_tokens or 0,
-        *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
-    ]
+def _credentials(target: RedisTarget) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if target.username:
+        found["username"] = target.username
+    if target.password is not None:
+        found["password"] = target.password
+    return found
 
 
-def store_args(
-    policy: WindowPolicy,
-    expected_version: str,
-    entries: Sequence[WindowEntry],
-    synthetic_call_ids: Sequence[str],
-    app_id: str,
-) -> list[Any]:
-    """ARGV of :data:`scripts.STORE`."""
-    return [
-        expected_version,
-        policy.ttl_seconds,
-        len(synthetic_call_ids),
-        *synthetic_call_ids,
-        *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
-    ]
+def make_client(
+    target: RedisTarget, timeout_seconds: float
+) -> tuple[SyncClient, list[redis.Redis]]:
+    """A client for ``target``, and the helper clients to close with it (a Sentinel's
+    connections to the sentinels). A cluster client contacts the nodes here (call it inside a
+    cache-error guard); the others connect on first use."""
+    options = client_options(timeout_seconds)
+    if target.kind == "cluster":
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],  # type: ignore[no-untyped-call]
+            ssl=target.tls,
+            require_full_coverage=False,
+            **_credentials(target),
+            **options,
+        )
+        return cluster, []
+    if target.kind == "sentinel":
+        assert target.master_name is not None
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.nodes),
+            sentinel_kwargs={**options, "ssl": target.tls} if target.tls else dict(options),
+            **_credentials(target),
+            **options,
+            **({"ssl": True} if target.tls else {}),
+        )
+        client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)  # type: ignore[no-untyped-call]
+        return client, list(sentinel.sentinels)
+    return redis.Redis.from_url(target.url, **options), []
 
 
-def cached_window(
-    raw: Sequence[Any], version: Any, app_id: str = "", cipher: RowCipher = PLAIN
-) -> CachedWindow:
-    """A read's outcome from the LRANGE and GET replies (bytes: memstore's clients never
-    decode responses).
-
-    An entry that does not decode (written by another memstore version, or damaged, or sealed
-    under a key not configured) makes the read a miss: the rebuild replaces the whole window.
-    """
-    token = version.decode() if version is not None else ""
-    if not raw:
-        return CachedWindow(None, token)
+def refuse_cluster_node(target: RedisTarget, timeout_seconds: float) -> None:
+    """Raise :class:`ConfigurationError` when a plain URL reaches a Redis Cluster node (every
+    call would meet ``MOVED``). An unreachable server passes: the cache is optional."""
+    if target.kind != "plain":
+        return
     try:
-        return CachedWindow(decode_entries(raw, app_id, cipher), token)
-    except (ValidationError, MemstoreError, ValueError) as error:
-        # the error's class only: a validation error quotes the entry, i.e. chat text
-        logger.warning(
-            "memstore: a cached window does not decode (%s); rebuilding it", type(error).__name__
+        with redis.Redis.from_url(target.url, **client_options(timeout_seconds)) as probe:
+            info = probe.info("cluster")
+    except CACHE_ERRORS:
+        return
+    if isinstance(info, dict) and str(info.get("cluster_enabled", 0)) == "1":
+        raise ConfigurationError(
+            "MEMSTORE_REDIS_URL names a Redis Cluster node with a plain redis:// URL; use "
+            "redis+cluster://host:port[,host:port...] (rediss+cluster:// with TLS)"
         )
-        return CachedWindow(None, token)
-
-
-class CacheHealth:
-    """Failure bookkeeping shared by the sync and async Redis caches (thread-safe)."""
-
-    def __init__(self, retry_after_seconds: float) -> None:
-        self._retry_after = retry_after_seconds
-        self._lock = threading.Lock()
-        self._dirty: set[str] = set()
-        self._resting_until = 0.0
-
-    def resting(self, app_id: str, *, dirty: bool) -> bool:
-        """True while the cache rests after a failure; a skipped write marks the app dirty."""
-        if time.monotonic() >= self._resting_until:
-            return False
-        if dirty:
-            self.mark_dirty(app_id)
-        return True
-
-    def failed(self, what: str, app_id: str, error: BaseException, *, dirty: bool) -> None:
-        with self._lock:
-            self._resting_until = time.monotonic() + self._retry_after
-        if dirty:
-            self.mark_dirty(app_id)
-        logger.warning(
-            "memstore: Redis %s failed for app %r (%s); serving from SQL", what, app_id, error
-        )
-
-    def mark_dirty(self, app_id: str) -> None:
-        with self._lock:
-            self._dirty.add(app_id)
-
-    def dirty_apps(self) -> list[str]:
-        with self._lock:
-            return list(self._dirty)
-
-    def cleaned(self, app_id: str) -> None:
-        with self._lock:
-            self._dirty.discard(app_id)
 
 
 class RedisWindowCache:
@@ -141,64 +121,126 @@ class RedisWindowCache:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: SyncClient | None,
         policy: WindowPolicy,
         *,
         owns_client: bool = False,
         retry_after_seconds: float = 1.0,
+        metrics: Metrics | None = None,
+        connect: Callable[[], SyncClient] | None = None,
+        also_close: Sequence[redis.Redis] = (),
     ) -> None:
-        self._client = client
+        """``client``: a ``redis.Redis`` or ``RedisCluster``; or ``None`` with ``connect``, a
+        factory the cache calls (again after a failure) until it gets a client.
+        ``also_close``: helper clients :meth:`close` closes too (when the cache owns its
+        client)."""
+        self._also_close = list(also_close)
+        if client is None and connect is None:
+            raise ValueError("RedisWindowCache needs a client or a connect factory")
         self._policy = policy
-        self._owns_client = owns_client
-        self._append = client.register_script(scripts.APPEND)
-        self._store = client.register_script(scripts.STORE)
-        self._health = CacheHealth(retry_after_seconds)
+        self._owns_client = owns_client or client is None
+        self._connect = connect
+        self._lock = threading.Lock()
+        self._client: SyncClient | None = None
+        self._scripts: dict[cache_plan.Script, Any] = {}
+        if client is not None:
+            self._use(client)
+        self.state = CacheState(retry_after_seconds, metrics)
+        """Rest timers and dirty apps (``state.add_dirty_listener`` hooks the dirty event)."""
 
     @classmethod
-    def from_url(cls, url: str, policy: WindowPolicy, timeout_seconds: float) -> RedisWindowCache:
-        """Connect to ``url``; the cache closes the client it made."""
-        client = redis.Redis.from_url(url, **client_options(timeout_seconds))
-        return cls(client, policy, owns_client=True)
+    def from_url(
+        cls,
+        url: str,
+        policy: WindowPolicy,
+        timeout_seconds: float,
+        *,
+        metrics: Metrics | None = None,
+    ) -> RedisWindowCache:
+        """Connect to ``url`` (any form of :mod:`memstore.core.redis_url`); the cache closes
+        the client it made. A plain URL that reaches a cluster node raises
+        :class:`ConfigurationError`."""
+        try:
+            target = parse_redis_url(url)
+        except ValueError as error:
+            raise ConfigurationError(f"invalid redis_url: {error}") from error
+        refuse_cluster_node(target, timeout_seconds)
+        if target.kind == "cluster":  # the cluster client contacts nodes when made: lazily
+            return cls(
+                None,
+                policy,
+                metrics=metrics,
+                connect=lambda: make_client(target, timeout_seconds)[0],
+            )
+        client, helpers = make_client(target, timeout_seconds)
+        return cls(client, policy, owns_client=True, metrics=metrics, also_close=helpers)
+
+    def _use(self, client: SyncClient) -> None:
+        self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
+        self._client = client
 
     @property
-    def client(self) -> redis.Redis:
-        return self._client
+    def client(self) -> SyncClient:
+        """The Redis client (connecting now if the cache has not yet)."""
+        return self._connected()
 
-    def _call(self, what: str, app_id: str, action: Callable[[], T], *, dirty: bool) -> T | None:
-        if self._health.resting(app_id, dirty=dirty):
+    @property
+    def is_cluster(self) -> bool:
+        return isinstance(self._client, RedisCluster)
+
+    def _connected(self) -> SyncClient:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    assert self._connect is not None
+                    self._use(self._connect())
+                client = self._client
+                assert client is not None
+        return client
+
+    def _route_of(self, app_id: str) -> str:
+        client = self._client
+        if not isinstance(client, RedisCluster):
+            return ""
+        try:
+            node = client.get_node_from_key(keys.window_key(app_id))  # type: ignore[no-untyped-call]
+        except Exception:  # no slot map yet
+            return "?"
+        return "?" if node is None else str(node.name)
+
+    def _refresh(self) -> None:
+        client = self._client
+        if isinstance(client, RedisCluster):
+            client.nodes_manager.initialize()
+
+    def _run(self, call: ScriptCall) -> Any:
+        route = self._route_of(call.app_id)
+        step = self.state.begin(call, route, time.monotonic(), self._route_of)
+        if step is None:
             return None
         try:
-            for stale in self._health.dirty_apps():
-                self._invalidate_now(stale)
-                self._health.cleaned(stale)
-            return action()
-        except CACHE_ERRORS as error:
-            self._health.failed(what, app_id, error, dirty=dirty)
+            self._connected()
+            if step.refresh:
+                self._refresh()
+                self.state.refreshed(route)
+            for stale, marks in step.replay:
+                self._execute(cache_plan.invalidate_call(stale, self._policy))
+                self.state.cleaned(stale, marks)
+            reply = self._execute(call)
+        except Exception as error:
+            # (CACHE_ERRORS and whatever else the client raises: the write is durable in SQL)
+            self.state.failed(call, route, error, time.monotonic(), cluster=self.is_cluster)
             return None
+        self.state.succeeded(route)
+        return reply
 
-    def _invalidate_now(self, app_id: str) -> None:
-        window, interrupted, version = keys.app_keys(app_id)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.delete(window, interrupted)
-        pipe.incr(version)
-        pipe.expire(version, self._policy.ttl_seconds)
-        pipe.execute()
+    def _execute(self, call: ScriptCall) -> Any:
+        return self._scripts[call.script](keys=call.keys, args=call.args)
 
     def read(self, app_id: str) -> CachedWindow:
-        def action() -> CachedWindow:
-            raw = self._client.lrange(keys.window_key(app_id), 0, -1)
-            if raw:
-                hit = cached_window(raw, b"", app_id, self._policy.cipher)
-                if hit.messages is not None:
-                    return hit
-                # An entry did not decode: a miss like any other, guarded by the real version
-                # (not b""), or the rebuild's STORE is refused and the bad window stays.
-            # A miss: the version guards the rebuild; reading it after the miss and before the
-            # SQL read is enough, and keeps a hit at exactly one LRANGE.
-            return cached_window([], self._client.get(keys.version_key(app_id)))
-
-        result = self._call("read", app_id, action, dirty=False)
-        return result if result is not None else CachedWindow(None, UNAVAILABLE)
+        reply = self._run(cache_plan.read_call(app_id))
+        return cache_plan.read_outcome(reply, app_id, self._policy.cipher)
 
     def store(
         self,
@@ -207,29 +249,23 @@ class RedisWindowCache:
         synthetic_call_ids: Sequence[str],
         expected_version: str,
     ) -> bool:
-        if expected_version == UNAVAILABLE or not entries:
-            return False
-        args = store_args(self._policy, expected_version, entries, synthetic_call_ids, app_id)
-        app_keys = list(keys.app_keys(app_id))
-        stored = self._call(
-            "store", app_id, lambda: self._store(keys=app_keys, args=args), dirty=False
+        call = cache_plan.store_call(
+            app_id, self._policy, expected_version, entries, synthetic_call_ids
         )
-        return stored == 1
+        return call is not None and cache_plan.store_outcome(self._run(call))
 
     def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        args = append_args(self._policy, entries, app_id)
-        app_keys = list(keys.app_keys(app_id))
-        self._call("append", app_id, lambda: self._append(keys=app_keys, args=args), dirty=True)
+        self._run(cache_plan.append_call(app_id, self._policy, entries))
 
     def invalidate(self, app_id: str) -> None:
-        self._call("invalidate", app_id, lambda: self._invalidate_now(app_id), dirty=True)
+        self._run(cache_plan.invalidate_call(app_id, self._policy))
 
     def purge(self, app_id: str) -> int:
-        deleted = self._call(
-            "purge", app_id, lambda: int(self._client.delete(*keys.app_keys(app_id))), dirty=True
-        )
-        return deleted or 0
+        return cache_plan.purge_outcome(self._run(cache_plan.purge_call(app_id)))
 
     def close(self) -> None:
         if self._owns_client:
-            self._client.close()
+            if self._client is not None:
+                self._client.close()
+            for helper in self._also_close:
+                helper.close()

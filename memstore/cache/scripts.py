@@ -4,16 +4,36 @@ They implement the same rules as :func:`memstore.core.window.eviction_count` and
 :func:`memstore.core.window.can_append_result` (a test runs both on random windows).
 Entries are ``<kind><ids>[<0x1d><tokens>]<0x1e><json>`` (see
 :func:`memstore.cache.base.encode_entry`).
-KEYS are always ``window, interrupted, version`` of one app.
+KEYS are always ``window, interrupted, version, origin`` of one app.
+
+Every script learns the replication id of the master it runs on (``INFO replication``; ``''``
+where the server does not report one). A window is served and appended to only while its
+``origin`` key holds that id: after a failover the promoted replica reports a new id, so the
+windows written before it (which may lack writes the old master acknowledged) read as misses.
+Versions handed to rebuilds are ``<replication id>/<counter>`` for the same reason.
 """
 
 from __future__ import annotations
 
-APPEND = r"""
+_ORIGIN = r"""
+local function origin()
+  local ok, info = pcall(redis.call, 'INFO', 'replication')
+  if not ok or type(info) ~= 'string' then return '' end
+  return string.match(info, 'master_replid:(%w+)') or ''
+end
+"""
+
+APPEND = (
+    _ORIGIN
+    + r"""
 local ttl = tonumber(ARGV[1])
 redis.call('INCR', KEYS[3])
 redis.call('EXPIRE', KEYS[3], ttl)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('GET', KEYS[4]) or '') ~= origin() then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+  return -1
+end
 local function header(e)
   local sep = string.find(e, '\30', 1, true)
   local h = string.sub(e, 2, sep - 1)
@@ -123,14 +143,19 @@ if drop >= len then return invalidate() end
 if drop > 0 then redis.call('LTRIM', KEYS[1], drop, -1) end
 redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
+redis.call('EXPIRE', KEYS[4], ttl)
 return 1
 """
+)
 """ARGV: ttl, max messages, start_at_user ('1'/'0'), max tokens (0: none), entries...
 Returns 1 appended,
 0 no window cached (left missing on purpose), -1 window dropped for a rebuild."""
 
-STORE = r"""
-local current = redis.call('GET', KEYS[3]) or ''
+STORE = (
+    _ORIGIN
+    + r"""
+local here = origin()
+local current = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
 if current ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
 local ttl = tonumber(ARGV[2])
@@ -142,7 +167,36 @@ for i = first, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 if #ARGV >= first then redis.call('EXPIRE', KEYS[1], ttl) end
+redis.call('SET', KEYS[4], here, 'EX', ttl)
 return 1
 """
-"""ARGV: expected version ('' when none), ttl, number of synthetic ids, those ids, entries...
+)
+"""ARGV: expected version (as READ returned it), ttl, number of synthetic ids, those ids, entries...
 Returns 1 stored, 0 refused because a write happened since the version was read."""
+
+READ = (
+    _ORIGIN
+    + r"""
+local here = origin()
+local version = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
+if (redis.call('GET', KEYS[4]) or '') ~= here then return {version} end
+return {version, redis.call('LRANGE', KEYS[1], 0, -1)}
+"""
+)
+"""Returns ``{version}`` when no window of this master is cached (a miss; a window stored on
+another master is left for the rebuild to replace), else ``{version, entries}``."""
+
+INVALIDATE = r"""
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+redis.call('INCR', KEYS[3])
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[1]))
+return 1
+"""
+"""ARGV: ttl. Drops the window and bumps the version, so a rebuild racing it is refused."""
+
+PURGE = r"""
+local existed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[4])
+return existed
+"""
+"""Deletes every key of the app; returns how many of window, interrupted, version existed."""

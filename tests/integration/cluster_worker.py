@@ -1,0 +1,114 @@
+"""One service instance of the multi-instance cluster test: a store (no worker id: it leases
+one) used by several threads that append to and read apps until told to stop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from multiprocessing.synchronize import Barrier, Event
+from typing import Any
+
+from memstore import MemoryStore, Settings, UserMessage
+
+
+def run(
+    database_url: str,
+    redis_url: str,
+    apps: list[str],
+    instances: int,
+    threads: int,
+    index: int,
+    ready: Barrier,
+    stop: Event,
+    quiet: Barrier,
+    results: Any,
+) -> None:
+    """Thread ``t`` of instance ``index`` writes the apps ``apps[i]`` with
+    ``i % (instances * threads) == index * threads + t`` (one writer per app, as a
+    conversation has) and reads any app. When ``stop`` is set, put ``{"written": [(app, text,
+    id)], "errors": [...], "reads": [(time, app, hit)], "final": {app: equal}}`` on
+    ``results``."""
+    name = f"p{index}"
+    total = instances * threads
+    settings = Settings(database_url=database_url, redis_url=redis_url, redis_timeout_seconds=0.25)
+    written: list[tuple[str, str, int]] = []
+    errors: list[str] = []
+    reads: list[tuple[float, str, bool]] = []
+    lock = threading.Lock()
+    failed_apps: set[str] = set()
+
+    class CacheErrors(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("memstore: Redis") and record.args:
+                failed_apps.add(str(record.args[1]))  # type: ignore[index]
+
+    logging.getLogger("memstore").addHandler(CacheErrors())
+    with MemoryStore(settings) as store:
+
+        def work(thread: int) -> None:
+            me = index * threads + thread
+            mine = [app for i, app in enumerate(apps) if i % total == me]
+            step = 0
+            while not stop.is_set():
+                step += 1
+                text = f"{name}-{thread}-{step}"
+                read_id = apps[(me * 7 + step) % len(apps)]
+                try:
+                    row: tuple[str, str, int] | None = None
+                    if mine:
+                        app_id = mine[step % len(mine)]
+                        [row_id] = store.append(app_id, [UserMessage(text=text)])
+                        row = (app_id, text, row_id)
+                    hit = store.cache.read(read_id).messages is not None
+                    store.memory(read_id).messages()  # rebuilds on a miss
+                except Exception as error:  # the test fails with it
+                    with lock:
+                        errors.append(f"{type(error).__name__}: {error}")
+                    continue
+                with lock:
+                    if row is not None:
+                        written.append(row)
+                    reads.append((time.time(), read_id, hit))
+
+        store.append(apps[index], [UserMessage(text=f"{name}-warm")])  # leases a worker id
+        for app_id in apps:  # every window cached
+            store.memory(app_id).messages()
+        ready.wait(120)
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        quiet.wait(60)  # every instance has stopped writing
+        for app_id in apps:  # drop what this instance knows to be stale (its dirty apps)
+            store.memory(app_id).messages()
+        quiet.wait(60)  # (another instance's dirty list is part 3 of issue 13, not this test)
+        final: dict[str, bool] = {}
+        for app_id in apps:  # the cached window of this instance equals a rebuild from SQL
+            cached = None
+            for _ in range(50):
+                store.memory(app_id).messages()
+                cached = store.cache.read(app_id).messages
+                if cached is not None:
+                    break
+                time.sleep(0.1)
+            rebuilt = store.load_window(app_id, settings.window_size)
+            final[app_id] = cached == rebuilt
+            if cached != rebuilt:
+                have = [m.text for m in cached or []]  # type: ignore[union-attr]
+                want = [m.text for m in rebuilt]  # type: ignore[union-attr]
+                errors.append(
+                    f"{name} {app_id}: {len(have)} vs {len(want)} messages, same set "
+                    f"{sorted(have) == sorted(want)}, missing {sorted(set(want) - set(have))}, "
+                    f"dirty here {store.cache.state.is_dirty(app_id)}"  # type: ignore[attr-defined]
+                )
+    results.put(
+        {
+            "written": written,
+            "errors": errors,
+            "reads": reads,
+            "final": final,
+            "failed_apps": sorted(failed_apps),
+        }
+    )

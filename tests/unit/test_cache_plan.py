@@ -1,0 +1,121 @@
+"""The Redis cache's pure decisions: key hash tags, URL forms, per-route failure state."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from memstore.cache import keys
+from memstore.cache.base import WindowPolicy
+from memstore.core import cache_plan
+from memstore.core.cache_plan import CacheState
+from memstore.core.redis_url import parse_redis_url
+from memstore.metrics import Metrics
+
+POLICY = WindowPolicy(max_messages=10, ttl_seconds=60)
+
+
+@given(st.text())
+def test_every_key_of_an_app_hashes_to_one_slot_by_a_non_empty_tag(app_id: str) -> None:
+    tag = keys.hash_tag(app_id)
+    assert tag and "{" not in tag and "}" not in tag
+    slots = {key_slot(key.encode()) for key in keys.app_keys(app_id)}
+    assert slots == {key_slot(tag.encode())}
+
+
+@given(st.text(), st.text())
+def test_two_apps_never_share_a_key(first: str, second: str) -> None:
+    if first != second:
+        assert keys.window_key(first) != keys.window_key(second)
+
+
+def test_plain_app_ids_keep_their_readable_keys() -> None:
+    assert keys.window_key("chat-42") == "memstore:{chat-42}:window"
+    assert keys.window_key("}x") == "memstore:{=7d78}:window"
+    assert keys.window_key("=7d78") == "memstore:{=3d37643738}:window"
+
+
+def test_url_forms() -> None:
+    plain = parse_redis_url("redis://localhost:6379/2")
+    assert plain.kind == "plain"
+    cluster = parse_redis_url("rediss+cluster://user:p%40ss@a:7000,b:7001/")
+    assert cluster.kind == "cluster" and cluster.tls
+    assert cluster.nodes == (("a", 7000), ("b", 7001))
+    assert (cluster.username, cluster.password) == ("user", "p@ss")
+    sentinel = parse_redis_url("redis+sentinel://s1:26379,s2:26379/mymaster/3")
+    assert sentinel.kind == "sentinel" and not sentinel.tls
+    assert sentinel.master_name == "mymaster" and sentinel.db == 3
+    assert parse_redis_url("redis+sentinel://[::1]:26379/m").nodes == (("::1", 26379),)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://x:1",
+        "redis+cluster://",
+        "redis+cluster://a:7000/3",
+        "redis+cluster://a",
+        "redis+sentinel://s:26379",
+        "redis+sentinel://s:26379/m/x",
+        "redis+sentinel://s:99999/m",
+    ],
+)
+def test_bad_urls_raise_without_echoing_secrets(url: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_redis_url(url.replace("://", "://u:secret@", 1) if "@" not in url else url)
+    assert "secret" not in str(caught.value)
+
+
+def route_of(app_id: str) -> str:
+    return app_id.split("/")[0]
+
+
+def test_a_failed_route_rests_while_other_routes_go() -> None:
+    metrics = Metrics()
+    state = CacheState(1.0, metrics)
+    read_a = cache_plan.read_call("a/1")
+    assert state.begin(read_a, "a", 0.0, route_of) == cache_plan.Go("a")
+    state.failed(read_a, "a", redis.TimeoutError("slow"), 0.0, cluster=True)
+    assert state.begin(read_a, "a", 0.5, route_of) is None  # resting: SQL
+    assert state.begin(cache_plan.read_call("b/1"), "b", 0.5, route_of) == cache_plan.Go("b")
+    go = state.begin(read_a, "a", 1.0, route_of)  # rested: retry, refresh the view first
+    assert go is not None and go.refresh
+    state.refreshed("a")
+    state.succeeded("a")
+    assert state.begin(read_a, "a", 1.1, route_of) == cache_plan.Go("a")
+    snapshot = metrics.snapshot()
+    assert snapshot["cache_errors"] == 1 and snapshot["cache_fallbacks"] == 2
+
+
+def test_a_skipped_write_marks_its_app_dirty_once_and_is_replayed_on_its_route() -> None:
+    seen: list[str] = []
+    state = CacheState(1.0)
+    state.add_dirty_listener(seen.append)
+    append = cache_plan.append_call("a/1", POLICY, [])
+    state.failed(append, "a", redis.ConnectionError("down"), 0.0, cluster=False)
+    state.begin(cache_plan.append_call("a/1", POLICY, []), "a", 0.1, route_of)  # resting
+    state.begin(cache_plan.invalidate_call("a/2", POLICY), "a", 0.2, route_of)  # resting
+    assert seen == ["a/1", "a/2"] and state.dirty_apps() == ["a/1", "a/2"]
+    other = state.begin(cache_plan.read_call("b/9"), "b", 0.3, route_of)
+    assert other == cache_plan.Go("b")  # another shard's dirty apps are not its business
+    go = state.begin(cache_plan.read_call("a/2"), "a", 2.0, route_of)
+    assert go is not None and go.replay == [("a/2", 1), ("a/1", 2)]  # the app itself first
+    state.mark_dirty("a/1")  # a write failing on another thread while a/1 is dropped
+    state.cleaned("a/2", 1)
+    state.cleaned("a/1", 2)
+    assert state.is_dirty("a/1") and not state.is_dirty("a/2")  # a/1 stays dirty
+    assert seen == ["a/1", "a/2"]  # the listener hears each app once per dirty spell
+
+
+def test_a_read_is_never_dirtying_and_a_failed_read_has_no_version() -> None:
+    state = CacheState(1.0)
+    moved = redis.ResponseError("MOVED 1 x:1")
+    state.failed(cache_plan.read_call("a"), "", moved, 0, cluster=False)
+    assert state.dirty_apps() == []
+    assert cache_plan.read_outcome(None).version == cache_plan.UNAVAILABLE
+    assert cache_plan.store_call("a", POLICY, cache_plan.UNAVAILABLE, [], []) is None
+    hint = cache_plan.failure_hint(redis.ResponseError("MOVED 1 x:1"), cluster=False)
+    assert "redis+cluster://" in hint

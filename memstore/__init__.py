@@ -9,6 +9,7 @@ from memstore.collector import TurnCollector
 from memstore.config import Settings
 from memstore.errors import (
     ClockMovedBackwardsError,
+    CompactionConflictError,
     ConfigurationError,
     FormatConversionError,
     ImportRecordError,
@@ -23,6 +24,7 @@ from memstore.errors import (
     SchemaError,
     StorageError,
     StreamProtocolError,
+    SummarizerError,
     UnknownToolCallError,
     WorkerIdsExhaustedError,
     WorkerLeaseError,
@@ -37,6 +39,7 @@ from memstore.messages import (
     UserMessage,
 )
 from memstore.reports import (
+    CompactionReport,
     DisplayEntry,
     ImportCounts,
     ImportReport,
@@ -63,6 +66,8 @@ __all__ = [
     "AsyncMemoryStore",
     "ChatMemory",
     "ClockMovedBackwardsError",
+    "CompactionConflictError",
+    "CompactionReport",
     "ConfigurationError",
     "DisplayEntry",
     "FormatConversionError",
@@ -86,6 +91,7 @@ __all__ = [
     "Settings",
     "StorageError",
     "StreamProtocolError",
+    "SummarizerError",
     "SystemMessage",
     "ToolRequest",
     "ToolResult",

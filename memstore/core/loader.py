@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
-from memstore.core.window import StoredMessage, Window, select_window
+from memstore.core.summary import SummaryRole, summary_info, window_summary
+from memstore.core.window import StoredMessage, Window, select_window, with_summary
 from memstore.messages import Message
 
 LOOKAHEAD_ROWS = 32
@@ -29,10 +30,14 @@ TOKEN_WINDOW_MAX_MESSAGES = 100_000
 
 @dataclass(frozen=True, slots=True)
 class RowRequest:
-    """Fetch up to ``limit`` newest non-deleted rows of the app with ``id < before_id``."""
+    """Fetch up to ``limit`` newest non-deleted rows of the app with ``id < before_id`` and
+    ``id > after_id``, summary rows left out; with ``summary``, the app's newest summary row
+    instead (none or one)."""
 
     limit: int
     before_id: int | None = None
+    after_id: int | None = None
+    summary: bool = False
 
 
 WindowSteps = Generator[RowRequest, list[StoredMessage], Window]
@@ -44,6 +49,7 @@ def window_steps(
     start_at_user: bool,
     max_tokens: int | None = None,
     count_tokens: Callable[[Message], int] | None = None,
+    summaries: SummaryRole | None = None,
     lookahead: int = LOOKAHEAD_ROWS,
     widen_limit: int = WIDEN_LIMIT_ROWS,
 ) -> WindowSteps:
@@ -51,27 +57,66 @@ def window_steps(
 
     ``max_messages=None`` needs ``max_tokens`` (the window is then bounded by
     :data:`TOKEN_WINDOW_MAX_MESSAGES` messages).
+
+    With ``summaries`` (a summary role), the first read is the app's newest summary row (one
+    indexed lookup); when there is one, only rows after its covered range are read and the
+    window opens with the summary in that role (``"exclude"``: not at all). The summary
+    counts toward both bounds (:func:`memstore.core.window.with_summary`). ``None``: the raw
+    window, as if no compaction had happened.
     """
+    floor: int | None = None
+    opener: Message | None = None
+    opener_id = 0
+    if summaries is not None:
+        found = yield RowRequest(1, summary=True)
+        info = summary_info(found[-1].message) if found else None
+        if found and info is not None:
+            floor = info.last_id
+            opener_id = found[-1].id
+            opener = window_summary(opener_id, found[-1].message, summaries)
+    if opener is not None:
+        if max_messages is not None:
+            max_messages = max(1, max_messages - 1)
+        if max_tokens is not None and count_tokens is not None:
+            max_tokens = max(1, max_tokens - count_tokens(opener))
     if max_tokens is not None:
-        return (
-            yield from _token_steps(
-                max_messages,
-                max_tokens,
-                count_tokens,
-                start_at_user=start_at_user,
-                lookahead=lookahead,
-                widen_limit=widen_limit,
-            )
+        window = yield from _token_steps(
+            max_messages,
+            max_tokens,
+            count_tokens,
+            start_at_user=start_at_user,
+            lookahead=lookahead,
+            widen_limit=widen_limit,
+            floor=floor,
         )
+    else:
+        window = yield from _message_steps(
+            max_messages,
+            start_at_user=start_at_user,
+            lookahead=lookahead,
+            widen_limit=widen_limit,
+            floor=floor,
+        )
+    return with_summary(window, opener, opener_id, count_tokens)
+
+
+def _message_steps(
+    max_messages: int | None,
+    *,
+    start_at_user: bool,
+    lookahead: int,
+    widen_limit: int,
+    floor: int | None,
+) -> WindowSteps:
     if max_messages is None:
         raise ValueError("a window needs max_messages or max_tokens")
-    first = RowRequest(max_messages + lookahead)
+    first = RowRequest(max_messages + lookahead, after_id=floor)
     rows = yield first
     window = select_window(
         rows, max_messages, start_at_user=start_at_user, history_complete=len(rows) < first.limit
     )
     if window.needs_older_rows and rows:
-        older = yield RowRequest(widen_limit, before_id=rows[0].id)
+        older = yield RowRequest(widen_limit, before_id=rows[0].id, after_id=floor)
         window = select_window(
             older + rows, max_messages, start_at_user=start_at_user, history_complete=True
         )
@@ -86,6 +131,7 @@ def _token_steps(
     start_at_user: bool,
     lookahead: int,
     widen_limit: int,
+    floor: int | None,
 ) -> WindowSteps:
     """One read sized for the budget in the common case; older pages (each bounded, growing)
     while the budget is not full and rows remain, up to the message bound."""
@@ -93,7 +139,7 @@ def _token_steps(
     cap = target + lookahead
     guess = max(1, -(-max_tokens // TOKENS_PER_ROW_GUESS))
     limit = min(target, guess) + lookahead
-    rows = yield RowRequest(limit)
+    rows = yield RowRequest(limit, after_id=floor)
     complete = len(rows) < limit
 
     def select(history_complete: bool) -> Window:
@@ -111,10 +157,10 @@ def _token_steps(
         if complete or not window.needs_older_rows or not rows:
             return window
         if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
-            rows = (yield RowRequest(widen_limit, before_id=rows[0].id)) + rows
+            rows = (yield RowRequest(widen_limit, before_id=rows[0].id, after_id=floor)) + rows
             return select(True)
         size = min(max(len(rows), widen_limit), cap - len(rows))
-        older = yield RowRequest(size, before_id=rows[0].id)
+        older = yield RowRequest(size, before_id=rows[0].id, after_id=floor)
         complete = len(older) < size
         rows = older + rows
 

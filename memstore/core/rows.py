@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memstore.core.display import DisplayDraft
+from memstore.core.summary import is_summary
 from memstore.errors import StorageError
 from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
 
@@ -15,6 +16,8 @@ AI = "ai"
 TOOL_REQUEST = "toolExecutionRequest"
 TOOL_RESULT = "toolExecutionResult"
 SYSTEM = "system"
+SUMMARY = "summary"
+"""A compaction's summary (a system message carrying ``memstore_summary`` metadata)."""
 
 
 def message_type(message: Message) -> str:
@@ -23,6 +26,8 @@ def message_type(message: Message) -> str:
         return TOOL_REQUEST if message.tool_requests else AI
     if isinstance(message, ToolResult):
         return TOOL_RESULT
+    if is_summary(message):
+        return SUMMARY
     return SYSTEM if message.type == "system" else USER
 
 

@@ -27,9 +27,11 @@ from memstore.sql.engine import (
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
+    ChainCheck,
     adapter_record_deletes,
     display_entry,
     history_query,
+    latest_summary_query,
     newest_id_query,
     newest_rows_query,
     purge_statements,
@@ -104,7 +106,7 @@ class AsyncSqlHistory:
                 return rows_to_messages(result.all())
 
     async def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
     ) -> tuple[list[int], GenerationStep | None]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
@@ -112,6 +114,8 @@ class AsyncSqlHistory:
         with translated_errors("writing history"):
             async with self.engine.begin() as conn:
                 step = await generation.abump(conn, app_id)
+                if chain is not None:
+                    chain.check((await conn.execute(latest_summary_query(app_id))).scalar())
                 newest = (await conn.execute(newest_id_query(app_id))).one()
                 ids = issue_ids(plan.id_count, newest_of(*newest))
                 missing = await self._unrequested(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,8 +13,9 @@ from sqlalchemy.engine import Connection, Engine
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.rows import TOOL_REQUEST, decode_payload
+from memstore.core.rows import SUMMARY, TOOL_REQUEST, decode_payload
 from memstore.core.window import StoredMessage
+from memstore.errors import CompactionConflictError
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
@@ -28,6 +30,22 @@ from memstore.sql.schema import (
 )
 
 REQUEST_SCAN_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ChainCheck:
+    """A compaction's write condition: the app's newest summary row is still ``previous_id``
+    (``None``: the app still has no summary)."""
+
+    app_id: str
+    previous_id: int | None
+
+    def check(self, newest_summary_id: int | None) -> None:
+        if newest_summary_id != self.previous_id:
+            raise CompactionConflictError(
+                f"app {self.app_id!r} got another summary while this compaction was "
+                "summarizing; nothing was written, run it again"
+            )
 
 
 def in_app(table: sa.Table, app_id: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
@@ -48,16 +66,41 @@ def newest_first(table: sa.Table) -> tuple[sa.UnaryExpression[Any], sa.UnaryExpr
 
 
 def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
-    """The newest non-deleted original rows of one app (newest first), as the loader asks."""
+    """The newest non-deleted original rows of one app (newest first), as the loader asks:
+    summary rows left out, or (``request.summary``) the newest summary row alone."""
+    if request.summary:
+        return latest_summary_query(app_id, payload=True)
     query = (
         sa.select(original.c.id, original.c.payload)
-        .where(in_app(original, app_id), original.c.is_deleted == sa.false())
+        .where(
+            in_app(original, app_id),
+            original.c.is_deleted == sa.false(),
+            original.c.message_type != SUMMARY,
+        )
         .order_by(*newest_first(original))
         .limit(request.limit)
     )
     if request.before_id is not None:
         query = query.where(original.c.id < request.before_id)
+    if request.after_id is not None:
+        query = query.where(original.c.id > request.after_id)
     return query
+
+
+def latest_summary_query(app_id: str, *, payload: bool = False) -> sa.Select[Any]:
+    """The app's newest non-deleted summary row (its id, and payload when asked): one lookup
+    on the ``(app_id, message_type, id)`` index."""
+    columns = [original.c.id, original.c.payload] if payload else [original.c.id]
+    return (
+        sa.select(*columns)
+        .where(
+            original.c.app_id == app_id,
+            original.c.message_type == SUMMARY,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(original.c.message_type.desc(), original.c.id.desc())
+        .limit(1)
+    )
 
 
 def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]:
@@ -167,7 +210,11 @@ def adapter_record_deletes(app_id: str) -> tuple[sa.Delete, ...]:
 
 
 def insert_plan(
-    conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+    conn: Connection,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    chain: ChainCheck | None = None,
 ) -> tuple[list[int], GenerationStep]:
     """Write the plan's rows in the caller's transaction; return the original rows' ids and
     the app's generation step.
@@ -179,8 +226,12 @@ def insert_plan(
     ``issue_ids(plan.id_count, newest)``, so the new rows sort after every row of the app
     written before. Every call id of ``plan.unresolved_call_ids`` must be requested by a row
     of the app below the new ids, else :class:`~memstore.errors.UnknownToolCallError`.
+    With ``chain`` (a compaction's summary), the app's newest summary must still be the one
+    the compaction chained from, else :class:`~memstore.errors.CompactionConflictError`.
     """
     step = generation.bump(conn, app_id)
+    if chain is not None:
+        chain.check(conn.execute(latest_summary_query(app_id)).scalar())
     ids = issue_ids(plan.id_count, newest_of(*conn.execute(newest_id_query(app_id)).one()))
     missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0])
     if missing:
@@ -218,7 +269,7 @@ class SqlHistory:
             return rows_to_messages(conn.execute(newest_rows_query(app_id, request)))
 
     def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
     ) -> tuple[list[int], GenerationStep | None]:
         """Write the plan's rows in one transaction (:func:`insert_plan`); return the original
         rows' ids and the app's generation step (``None`` when there was nothing to write).
@@ -226,7 +277,7 @@ class SqlHistory:
         if not plan.id_count:
             return [], None
         with translated_errors("writing history"), self.engine.begin() as conn:
-            return insert_plan(conn, app_id, plan, issue_ids)
+            return insert_plan(conn, app_id, plan, issue_ids, chain)
 
     def generation(self, app_id: str) -> int:
         """The app's generation (see :mod:`memstore.sql.generation`)."""

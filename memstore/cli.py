@@ -20,6 +20,7 @@ from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.fingerprint import GUARD_MARK
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
+from memstore.core.summary import summary_info
 from memstore.demo import describe
 from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
@@ -169,7 +170,9 @@ def show(
 ) -> None:
     """Show APP_ID's window, original history, display history or guard records.
 
-    Tool results that are loop-guard verdicts are marked ``[guard: <status>]``.
+    Tool results that are loop-guard verdicts are marked ``[guard: <status>]``; a
+    compaction's summary is marked ``[summary of ids FIRST..LAST: N messages]`` (the range
+    it covers).
     """
     if fmt in PROVIDER_FORMATS and view not in ("window", "original"):
         raise click.UsageError(f"--format {fmt} applies to --window and --original only")
@@ -195,7 +198,7 @@ def show(
         else:
             for row_id, message in rows:
                 prefix = f"{row_id}  " if row_id is not None else ""
-                line = describe(message) + _guard_mark(message)
+                line = describe(message) + _guard_mark(message) + _summary_mark(message)
                 click.echo(prefix + line.replace("\n", "\n" + " " * len(prefix)))
 
 
@@ -214,6 +217,13 @@ def _guard_mark(message: Message) -> str:
     if isinstance(message, ToolResult) and GUARD_MARK in message.metadata:
         return f"  [guard: {message.metadata[GUARD_MARK]}]"
     return ""
+
+
+def _summary_mark(message: Message) -> str:
+    info = summary_info(message)
+    if info is None:
+        return ""
+    return f"  [summary of ids {info.first_id}..{info.last_id}: {info.messages} messages]"
 
 
 def _show_display(entries: list[DisplayEntry], fmt: str) -> None:

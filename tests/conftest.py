@@ -131,9 +131,7 @@ class StoreFactory:
         self._stores: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def __call__(
-        self, token_counter: Any = None, summarizer: Any = None, **settings: Any
-    ) -> Any:
+    def __call__(self, token_counter: Any = None, summarizer: Any = None, **settings: Any) -> Any:
         settings.setdefault("worker_id", SESSION_WORKER_ID)
         config = Settings(
             database_url=self.engine.url.render_as_string(hide_password=False), **settings

@@ -65,6 +65,7 @@ from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     in_app,
     insert_plan,
+    latest_summary_query,
     newest_rows_query,
     oldest_first_query,
     request_scan_query,
@@ -154,6 +155,12 @@ def _newest_rows(
     conn: Connection, app_id: str, limit: int, before_id: int | None
 ) -> list[StoredMessage]:
     return rows_to_messages(conn.execute(newest_rows_query(app_id, RowRequest(limit, before_id))))
+
+
+def _latest_summary(conn: Connection, app_id: str) -> StoredMessage | None:
+    """The app's newest summary row (a compaction's), if any."""
+    rows = rows_to_messages(conn.execute(latest_summary_query(app_id, payload=True)))
+    return rows[-1] if rows else None
 
 
 def _requested_tools(conn: Connection, app_id: str, call_ids: set[str]) -> dict[str, str]:
@@ -444,6 +451,11 @@ class StoreAccess:
         with translated_errors("reading history"), self.sync_store().engine.connect() as conn:
             return _newest_rows(conn, app_id, limit, before_id)
 
+    def latest_summary(self, app_id: str) -> StoredMessage | None:
+        """The app's newest summary row (``None``: never compacted)."""
+        with translated_errors("reading history"), self.sync_store().engine.connect() as conn:
+            return _latest_summary(conn, app_id)
+
     def window(self, app_id: str, max_messages: int | None) -> list[Message]:
         """The cached window, or with ``max_messages`` the window loaded from SQL."""
         store = self.sync_store()
@@ -503,6 +515,14 @@ class StoreAccess:
         with translated_errors("reading history"):
             async with store.engine.connect() as conn:
                 return await conn.run_sync(_newest_rows, app_id, limit, before_id)
+
+    async def alatest_summary(self, app_id: str) -> StoredMessage | None:
+        store = self._native()
+        if store is None:
+            return await asyncio.to_thread(self.latest_summary, app_id)
+        with translated_errors("reading history"):
+            async with store.engine.connect() as conn:
+                return await conn.run_sync(_latest_summary, app_id)
 
     async def awindow(self, app_id: str, max_messages: int | None) -> list[Message]:
         store = self._native()

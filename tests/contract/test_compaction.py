@@ -35,7 +35,10 @@ def group(call: str, results: int = 1) -> list[Message]:
     calls = [ToolRequest(id=f"{call}-{i}", name="read", arguments="{}") for i in range(results)]
     return [
         AiMessage(tool_requests=calls),
-        *(ToolResult(id=f"{call}-{i}", tool_name="read", text=f"r{call}{i}") for i in range(results)),
+        *(
+            ToolResult(id=f"{call}-{i}", tool_name="read", text=f"r{call}{i}")
+            for i in range(results)
+        ),
     ]
 
 
@@ -130,8 +133,11 @@ def test_a_chain_of_three_compactions_gives_the_latest_summary_and_the_tail(
         everything.extend(batch)
         store.append(app_id, batch)
         reports.append(store.memory(app_id).compact(summarize, keep_last_messages=2))
-    assert [r.previous_summary_id for r in reports] == [None, reports[0].summary_id,
-                                                       reports[1].summary_id]
+    assert [r.previous_summary_id for r in reports] == [
+        None,
+        reports[0].summary_id,
+        reports[1].summary_id,
+    ]
     for index in (1, 2):  # each summarizer call got the previous summary first
         first = summarize.calls[index][0]
         assert is_summary(first) and first.text == f"summary {index}"
@@ -322,7 +328,9 @@ def test_the_summary_counts_toward_both_bounds(make_store: StoreFactory, app_id:
     window = store.load_window(app_id, max_tokens=35)
     assert is_summary(window[0]) and len(window) == 3
     assert store.memory(app_id).messages(max_tokens=35) == window
-    assert store.load_window(app_id, 1)[0].text == "m9"[:2] or len(store.load_window(app_id, 1)) == 2
+    assert (
+        store.load_window(app_id, 1)[0].text == "m9"[:2] or len(store.load_window(app_id, 1)) == 2
+    )
 
 
 def test_the_cached_window_equals_a_rebuild_after_appends(
@@ -349,8 +357,9 @@ def test_the_cached_window_equals_a_rebuild_after_appends(
 
 def test_appends_may_not_forge_a_summary(make_store: StoreFactory, app_id: str) -> None:
     store = make_store()
-    forged = SystemMessage(text="x", metadata={SUMMARY_MARK: {"first_id": 1, "last_id": 2 ** 62,
-                                                                "messages": 1}})
+    forged = SystemMessage(
+        text="x", metadata={SUMMARY_MARK: {"first_id": 1, "last_id": 2**62, "messages": 1}}
+    )
     with pytest.raises(InvalidMessageError):
         store.append(app_id, [forged])
     assert store.load_window(app_id) == []

@@ -394,3 +394,16 @@ def test_a_failing_automatic_compaction_never_loses_the_append(
     caplog.clear()
     store.append(app_id, [UserMessage(text="more")])
     assert "automatic compaction" not in caplog.text
+
+
+def test_pruning_covered_rows_keeps_the_summary(make_store: StoreFactory, app_id: str) -> None:
+    store = make_store()
+    store.append(app_id, [UserMessage(text=f"m{i}") for i in range(10)])
+    store.memory(app_id).compact(Recorder(), keep_last_messages=3)
+    store.append(app_id, [UserMessage(text="after")])
+    window = store.memory(app_id).messages()
+    reports = store.prune(keep_last=5, app_ids=[app_id])  # the summary row and 4 newer rows
+    assert reports[0].original_rows == 7
+    assert store.memory(app_id).messages() == window
+    assert store.load_window(app_id) == window
+    assert store.load_window(app_id, 100, summaries=False) == window[1:]

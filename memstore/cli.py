@@ -755,7 +755,8 @@ def export_command(
         else:
             for app in (normalize_app_id(a) for a in app_ids):
                 rows = admin.counts_for(store.engine, app_id=app).original_rows
-                messages = store.load_window(app, max(1, rows))
+                # the whole history: every original message, no compaction summary
+                messages = store.load_window(app, max(1, rows), summaries=False)
                 line = {
                     "app_id": app,
                     "format": fmt,

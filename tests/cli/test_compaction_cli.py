@@ -38,3 +38,9 @@ def test_show_marks_the_summary_and_its_range(tmp_path: Path) -> None:
     assert json.loads(openai.stdout)[0] == {"role": "system", "content": "the story so far"}
     display = runner.invoke(cli, ["show", "app", "--display", "--database-url", url])
     assert "the story so far" not in display.stdout
+    exported = runner.invoke(
+        cli, ["export", "app", "--format", "openai", "--output", "-", "--database-url", url]
+    )
+    assert exported.exit_code == 0, exported.output
+    conversation = json.loads(exported.stdout.splitlines()[0])["conversation"]
+    assert [m["content"] for m in conversation] == ["q0", "a1", "q2", "a3", "q4", "a5"]

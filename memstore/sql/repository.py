@@ -67,9 +67,8 @@ def newest_first(table: sa.Table) -> tuple[sa.UnaryExpression[Any], sa.UnaryExpr
 
 def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     """The newest non-deleted original rows of one app (newest first), as the loader asks:
-    summary rows left out, or (``request.summary``) the newest summary row alone."""
-    if request.summary:
-        return latest_summary_query(app_id, payload=True)
+    summary rows left out; with ``request.summary`` also the app's newest summary row (one
+    statement: ``UNION ALL`` of the two bounded index reads; the caller sorts by id)."""
     query = (
         sa.select(original.c.id, original.c.payload)
         .where(
@@ -84,6 +83,12 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
         query = query.where(original.c.id < request.before_id)
     if request.after_id is not None:
         query = query.where(original.c.id > request.after_id)
+    if request.summary:
+        summary = latest_summary_query(app_id, payload=True).subquery()
+        rows = query.subquery()
+        return sa.union_all(
+            sa.select(rows.c.id, rows.c.payload), sa.select(summary.c.id, summary.c.payload)
+        )  # type: ignore[return-value]
     return query
 
 
@@ -119,10 +124,14 @@ def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]
 
 
 def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
-    """Newest-first result rows to chronological stored messages."""
+    """Result rows (newest first, or in any order) to chronological stored messages."""
     out = [StoredMessage(row.id, decode_payload(row.payload, row.id)) for row in rows]
-    out.reverse()
+    out.sort(key=_row_id)
     return out
+
+
+def _row_id(row: StoredMessage) -> int:
+    return row.id
 
 
 def newest_id_query(app_id: str) -> sa.Select[Any]:

@@ -72,9 +72,7 @@ def fetcher(rows: list[StoredMessage]) -> Callable[[RowRequest], list[StoredMess
     """The SQL reads of the loader over ``rows`` (chronological, summary rows included)."""
 
     def fetch(request: RowRequest) -> list[StoredMessage]:
-        if request.summary:
-            found = [r for r in rows if is_summary(r.message)]
-            return found[-1:]
+        found = [r for r in rows if is_summary(r.message)][-1:] if request.summary else []
         picked = [
             r
             for r in rows
@@ -82,7 +80,9 @@ def fetcher(rows: list[StoredMessage]) -> Callable[[RowRequest], list[StoredMess
             and (request.before_id is None or r.id < request.before_id)
             and (request.after_id is None or r.id > request.after_id)
         ]
-        return picked[-request.limit :] if request.limit else []
+        return sorted(
+            [*(picked[-request.limit :] if request.limit else []), *found], key=lambda r: r.id
+        )
 
     return fetch
 

@@ -21,9 +21,12 @@ LOOKAHEAD_ROWS = 32
 """Rows read beyond the window size, so most tool groups at the edge need no second query."""
 WIDEN_LIMIT_ROWS = 1024
 """Most older rows the one extra query may read to find the request of a result at the edge."""
-TOKENS_PER_ROW_GUESS = 16
+TOKENS_PER_ROW_GUESS = 64
 """For a token budget, the first read assumes messages of at least this many tokens; when
-they are smaller, older rows are read in growing bounded pages until the budget is full."""
+they are smaller, older rows are read in growing bounded pages until the budget is full.
+(64: a typical chat or tool message; a smaller guess over-reads and decodes several times the
+rows a window of ordinary messages needs, so a long history's read cost more than a short
+one's.)"""
 TOKEN_WINDOW_MAX_MESSAGES = 100_000
 """The message bound of a token-bounded window given no ``max_messages``."""
 

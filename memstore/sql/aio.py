@@ -33,11 +33,11 @@ from memstore.sql.repository import (
     history_query,
     latest_summary_query,
     newest_id_query,
-    newest_rows_query,
     purge_statements,
     request_scan_query,
     requested_ids_in,
     rows_to_messages,
+    window_rows_statement,
 )
 from memstore.sql.schema import display, original
 
@@ -102,7 +102,7 @@ class AsyncSqlHistory:
     async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         with translated_errors("reading history"):
             async with self.engine.connect() as conn:
-                result = await conn.execute(newest_rows_query(app_id, request))
+                result = await conn.execute(*window_rows_statement(app_id, request))
                 return rows_to_messages(result.all())
 
     async def insert(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,6 +91,59 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
             sa.select(rows.c.id, rows.c.payload), sa.select(summary.c.id, summary.c.payload)
         )  # type: ignore[return-value]
     return query
+
+
+@functools.cache
+def _window_statement(before: bool, after: bool, summary: bool) -> Any:
+    """The loader's read of one shape, built once with bound parameters (building the
+    ``UNION ALL`` of two subqueries per call costs more than running it)."""
+    app = sa.bindparam("w_app", type_=original.c.app_id.type)
+    query = (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            in_app(original, app),
+            original.c.is_deleted == sa.false(),
+            original.c.message_type != SUMMARY,
+        )
+        .order_by(*newest_first(original))
+        .limit(sa.bindparam("w_limit", type_=sa.Integer()))
+    )
+    if before:
+        query = query.where(original.c.id < sa.bindparam("w_before", type_=sa.BigInteger()))
+    if after:
+        query = query.where(original.c.id > sa.bindparam("w_after", type_=sa.BigInteger()))
+    if not summary:
+        return query
+    newest_summary = (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            original.c.app_id == app,
+            original.c.message_type == SUMMARY,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(original.c.message_type.desc(), original.c.id.desc())
+        .limit(1)
+        .subquery()
+    )
+    rows = query.subquery()
+    return sa.union_all(
+        sa.select(rows.c.id, rows.c.payload),
+        sa.select(newest_summary.c.id, newest_summary.c.payload),
+    )
+
+
+def window_rows_statement(app_id: str, request: RowRequest) -> tuple[Any, dict[str, Any]]:
+    """The statement and parameters of one loader read (:func:`newest_rows_query`'s rows,
+    cached per shape)."""
+    statement = _window_statement(
+        request.before_id is not None, request.after_id is not None, request.summary
+    )
+    params: dict[str, Any] = {"w_app": app_id, "w_limit": request.limit}
+    if request.before_id is not None:
+        params["w_before"] = request.before_id
+    if request.after_id is not None:
+        params["w_after"] = request.after_id
+    return statement, params
 
 
 def latest_summary_query(app_id: str, *, payload: bool = False) -> sa.Select[Any]:
@@ -275,7 +329,7 @@ class SqlHistory:
     def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         """Rows for the loader, chronological."""
         with translated_errors("reading history"), self.engine.connect() as conn:
-            return rows_to_messages(conn.execute(newest_rows_query(app_id, request)))
+            return rows_to_messages(conn.execute(*window_rows_statement(app_id, request)))
 
     def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None

@@ -1,5 +1,9 @@
 """Does ``store.load_window(app, 50)`` stay flat as an app's history grows?
 
+It also times the token-bounded read, ``load_window(app, max_tokens=TOKEN_BUDGET)``, at the
+same sizes (flatness: t(largest) / t(smallest) <= 1.5x); with summaries on (the default) each
+read starts with the app's newest-summary lookup, one index probe.
+
 For target apps whose history holds 100, 10,000 and 100,000 messages (each sharing the tables
 with three other apps of the same size, all turns interleaved by id), it times
 ``load_window(app, 50)`` against the naive rebuild many apps do: select every row of the app
@@ -45,6 +49,8 @@ from memstore.sql.repository import newest_rows_query
 from memstore.sql.schema import original
 
 WINDOW = 50
+TOKEN_BUDGET = 4000
+"""The token-bounded read's budget (default counter): about as many messages as ``WINDOW``."""
 OTHER_APPS = 3
 FLATNESS_TARGET = 1.5
 """latency at the largest history / latency at the smallest must be at most this."""
@@ -179,6 +185,18 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
                     strict=True,
                 )
             )
+            log(f"load_window[{name}]: timing token-bounded reads ...")
+            by_tokens = dict(
+                zip(
+                    sizes,
+                    time_interleaved(
+                        [_bind_tokens(store, targets[size]) for size in sizes],
+                        warmup=30,
+                        rounds=plan.windowed_rounds,
+                    ),
+                    strict=True,
+                )
+            )
             naive: dict[int, Sample] = {}
             for size in sizes:
                 log(f"load_window[{name}]: timing naive full load @ {_label(size)} ...")
@@ -204,6 +222,23 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
                         ratio(n.median / w.median),
                     ]
                 )
+            token_flat = by_tokens[largest].median / by_tokens[smallest].median
+            token_messages = len(store.load_window(targets[largest], max_tokens=TOKEN_BUDGET))
+            notes.append(
+                f"* {name}: `load_window(max_tokens={TOKEN_BUDGET})` ({token_messages} messages) "
+                + ", ".join(
+                    f"@{_label(size)} median {ms(by_tokens[size].median)} ms" for size in sizes
+                )
+            )
+            report.checks.append(
+                Check(
+                    name,
+                    f"tokens@{_label(largest)} / tokens@{_label(smallest)}",
+                    f"<= {FLATNESS_TARGET}x",
+                    ratio(token_flat),
+                    token_flat <= FLATNESS_TARGET,
+                )
+            )
             flat = windowed[largest].median / windowed[smallest].median
             speedup = naive[largest].median / windowed[largest].median
             report.checks.append(
@@ -274,6 +309,10 @@ def _label(size: int) -> str:
 
 def _bind_window(store: MemoryStore, app_id: str) -> Callable[[], object]:
     return lambda: store.load_window(app_id, WINDOW)
+
+
+def _bind_tokens(store: MemoryStore, app_id: str) -> Callable[[], object]:
+    return lambda: store.load_window(app_id, max_tokens=TOKEN_BUDGET)
 
 
 def _bind_naive(engine: Engine, app_id: str) -> Callable[[], object]:

@@ -9,6 +9,7 @@ from memstore.collector import TurnCollector
 from memstore.config import Settings
 from memstore.errors import (
     ClockMovedBackwardsError,
+    CompactionConflictError,
     ConfigurationError,
     DecryptionError,
     EncryptionError,
@@ -25,6 +26,7 @@ from memstore.errors import (
     SchemaError,
     StorageError,
     StreamProtocolError,
+    SummarizerError,
     UnknownKeyError,
     UnknownToolCallError,
     WorkerIdsExhaustedError,
@@ -40,6 +42,7 @@ from memstore.messages import (
     UserMessage,
 )
 from memstore.reports import (
+    CompactionReport,
     DisplayEntry,
     HealthCheck,
     HealthReport,
@@ -70,6 +73,8 @@ __all__ = [
     "AsyncMemoryStore",
     "ChatMemory",
     "ClockMovedBackwardsError",
+    "CompactionConflictError",
+    "CompactionReport",
     "ConfigurationError",
     "DecryptionError",
     "DisplayEntry",
@@ -99,6 +104,7 @@ __all__ = [
     "Settings",
     "StorageError",
     "StreamProtocolError",
+    "SummarizerError",
     "SystemMessage",
     "ToolRequest",
     "ToolResult",

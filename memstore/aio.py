@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -35,6 +36,7 @@ from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
 from memstore.core import health
+from memstore.core.compaction import plan_compaction
 from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.export import (
     AppCounts,
@@ -66,11 +68,12 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window
+from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import (
+    CompactionReport,
     DisplayEntry,
     HealthCheck,
     HealthReport,
@@ -85,8 +88,9 @@ from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_a
 from memstore.sql.engine import translated_errors
 from memstore.sql.export import IMPORT_BATCH, import_report
 from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
+from memstore.sql.repository import ChainCheck
 from memstore.sql.schema import display, original
-from memstore.store_base import StoreBase
+from memstore.store_base import StoreBase, Summarizer
 
 logger = logging.getLogger("memstore")
 
@@ -133,6 +137,7 @@ class AsyncMemoryStore(StoreBase):
         id_generator: see :class:`memstore.MemoryStore`.
         id_clock: see :class:`memstore.MemoryStore`.
         token_counter: see :class:`memstore.MemoryStore`.
+        summarizer: see :class:`memstore.MemoryStore` (a plain or an ``async`` function).
 
     With ``worker_id="auto"`` (the default) the store leases a free worker id on its first
     write and renews it from an asyncio task; :meth:`close` releases it.
@@ -147,8 +152,9 @@ class AsyncMemoryStore(StoreBase):
         id_generator: SnowflakeGenerator | None = None,
         id_clock: Callable[[], int] | None = None,
         token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
-        super().__init__(settings, id_generator, id_clock, token_counter)
+        super().__init__(settings, id_generator, id_clock, token_counter, summarizer)
         self._heartbeat: asyncio.Task[None] | None = None
         self._alease_lock: asyncio.Lock | None = None
         self._owns_engine = engine is None
@@ -295,7 +301,71 @@ class AsyncMemoryStore(StoreBase):
         app = normalize_app_id(app_id)
         user = normalize_user_id(user_id)
         batch = [parse_message(message) for message in messages]
-        return await self._write(app, user, batch, display_drafts(batch, self._formatters))
+        ids = await self._write(app, user, batch, display_drafts(batch, self._formatters))
+        if ids and self._summarizer is not None and self.settings.compact_at_tokens is not None:
+            await self._auto_compact(app)
+        return ids
+
+    async def _auto_compact(self, app_id: str) -> None:
+        """See :meth:`memstore.MemoryStore._auto_compact`."""
+        summarize = self._summarizer
+        threshold = self.settings.compact_at_tokens
+        try:
+            if summarize is None or threshold is None:
+                return
+            if self._auto_compaction_due(await self._cached_window(app_id)):
+                await self.compact(app_id, summarize, keep_last_tokens=threshold // 2)
+        except Exception as error:
+            self._auto_compaction_failed(app_id, error)
+
+    async def compact(
+        self,
+        app_id: str | int,
+        summarize: Summarizer,
+        keep_last_tokens: int | None = None,
+        keep_last_messages: int | None = None,
+        *,
+        display: bool = False,
+    ) -> CompactionReport:
+        """See :meth:`memstore.ChatMemory.compact`; ``summarize`` may be an ``async def``
+        (awaited) or a plain function."""
+        app = normalize_app_id(app_id)
+        keep_tokens, keep_messages = self._keep_bounds(keep_last_tokens, keep_last_messages)
+        window = await _run_steps(self._compaction_window(), self._sql, app)
+        plan = plan_compaction(window, self._count, keep_tokens, keep_messages)
+        if plan is None:
+            return self._compaction_report(app, None)
+        try:
+            value: object = summarize(list(plan.inputs))
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as error:
+            raise self._summarizer_failed(error) from error
+        text = self._summary_text(value)
+        rows = self._summary_plan(app, text, plan, display)
+        chain = ChainCheck(app, plan.previous_id)
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._ensure_lease()
+            try:
+                ids, _ = await self._sql.insert(app, rows, self._issue_ids, chain)
+                break
+            except IdCollisionError as error:
+                self._id_collided(attempt, error)
+        await self.cache.invalidate(app)
+        return self._compaction_report(app, plan, ids[0], text)
+
+    async def _cached_window(self, app_id: str) -> list[Message]:
+        """See :meth:`memstore.MemoryStore._cached_window`."""
+        generation = await self._generation(app_id)
+        cached = await self.cache.read(app_id)
+        if cached.messages is not None and cached.generation == generation:
+            return answer_open_group(cached.messages)
+        messages, _ = await self._rebuild(
+            app_id, self.settings.reload_max, cached.version, generation
+        )
+        return messages
 
     async def _write(
         self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
@@ -334,6 +404,7 @@ class AsyncMemoryStore(StoreBase):
         *,
         start_at_user: bool | None = None,
         oversize: str = "keep",
+        summaries: bool = True,
     ) -> list[Message]:
         """See :meth:`memstore.MemoryStore.load_window`."""
         app = normalize_app_id(app_id)
@@ -343,7 +414,8 @@ class AsyncMemoryStore(StoreBase):
             messages,
             start_at_user=first_user,
             max_tokens=tokens,
-            count_tokens=self._count if tokens is not None else None,
+            count_tokens=self._count,
+            summaries=self._summaries if summaries else None,
         )
         window = self._built(await _run_steps(steps, self._sql, app))
         return self._fitted(app, window, tokens, policy).messages
@@ -371,7 +443,12 @@ class AsyncMemoryStore(StoreBase):
     async def _rebuild(
         self, app_id: str, limit: int, version: str, generation: int | None
     ) -> tuple[list[Message], ReloadReport]:
-        steps = window_steps(limit, start_at_user=self.settings.window_start_at_user)
+        steps = window_steps(
+            limit,
+            start_at_user=self.settings.window_start_at_user,
+            count_tokens=self._count,
+            summaries=self._summaries,
+        )
         window = self._built(await _run_steps(steps, self._sql, app_id))
         budgeted = self._rebuilt_part(window)
         entries = self._entries(window.messages if budgeted is None else budgeted.messages)
@@ -550,6 +627,19 @@ class AsyncChatMemory:
     ) -> list[int]:
         """Write several messages in one transaction."""
         return await self._store.append(self.app_id, messages, user_id=user_id)
+
+    async def compact(
+        self,
+        summarize: Summarizer,
+        keep_last_tokens: int | None = None,
+        keep_last_messages: int | None = None,
+        *,
+        display: bool = False,
+    ) -> CompactionReport:
+        """See :meth:`memstore.ChatMemory.compact`; ``summarize`` may be an ``async def``."""
+        return await self._store.compact(
+            self.app_id, summarize, keep_last_tokens, keep_last_messages, display=display
+        )
 
     async def invalidate(self) -> None:
         """Drop the cached window; the next read rebuilds it from SQL."""

@@ -20,6 +20,7 @@ from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core.fingerprint import GUARD_MARK
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
+from memstore.core.summary import summary_info
 from memstore.demo import describe
 from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
@@ -171,7 +172,9 @@ def show(
 ) -> None:
     """Show APP_ID's window, original history, display history or guard records.
 
-    Tool results that are loop-guard verdicts are marked ``[guard: <status>]``.
+    Tool results that are loop-guard verdicts are marked ``[guard: <status>]``; a
+    compaction's summary is marked ``[summary of ids FIRST..LAST: N messages]`` (the range
+    it covers).
     """
     if fmt in PROVIDER_FORMATS and view not in ("window", "original"):
         raise click.UsageError(f"--format {fmt} applies to --window and --original only")
@@ -197,7 +200,7 @@ def show(
         else:
             for row_id, message in rows:
                 prefix = f"{row_id}  " if row_id is not None else ""
-                line = describe(message) + _guard_mark(message)
+                line = describe(message) + _guard_mark(message) + _summary_mark(message)
                 click.echo(prefix + line.replace("\n", "\n" + " " * len(prefix)))
 
 
@@ -216,6 +219,13 @@ def _guard_mark(message: Message) -> str:
     if isinstance(message, ToolResult) and GUARD_MARK in message.metadata:
         return f"  [guard: {message.metadata[GUARD_MARK]}]"
     return ""
+
+
+def _summary_mark(message: Message) -> str:
+    info = summary_info(message)
+    if info is None:
+        return ""
+    return f"  [summary of ids {info.first_id}..{info.last_id}: {info.messages} messages]"
 
 
 def _show_display(entries: list[DisplayEntry], fmt: str) -> None:
@@ -802,7 +812,8 @@ def export_command(
         else:
             for app in (normalize_app_id(a) for a in app_ids):
                 rows = admin.counts_for(store.engine, app_id=app).original_rows
-                messages = store.load_window(app, max(1, rows))
+                # the whole history: every original message, no compaction summary
+                messages = store.load_window(app, max(1, rows), summaries=False)
                 line = {
                     "app_id": app,
                     "format": fmt,

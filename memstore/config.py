@@ -51,6 +51,13 @@ class Settings(BaseModel):
     """Token budget of the model's window (``memory(app).messages()``, ``load_window`` given
     neither bound, ``reload``'s report) by the store's token counter; ``None``: windows are
     bounded by messages only."""
+    summary_role: Literal["system", "user", "exclude"] = "system"
+    """How a compaction's summary opens a window: as a ``system`` message, a ``user``
+    message, or not at all (``exclude``: the window still starts after the covered range)."""
+    compact_at_tokens: int | None = Field(default=None, ge=1, le=2**40)
+    """Automatic compaction: when an append leaves the app's window above this many tokens
+    and the store has a summarizer (``set_summarizer``), compact it, keeping the newest
+    units of up to half this many tokens; ``None``: only explicit ``compact`` calls."""
     reload_max: int = Field(default=50, ge=1, le=100_000)
     """How many messages a rebuild (cache miss, ``reload``) loads from SQL."""
     cache_ttl_seconds: int = Field(default=3600, ge=1, le=MAX_TTL_SECONDS)
@@ -94,6 +101,7 @@ class Settings(BaseModel):
     @field_validator(
         "window_size",
         "window_max_tokens",
+        "compact_at_tokens",
         "reload_max",
         "cache_ttl_seconds",
         "worker_id",

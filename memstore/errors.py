@@ -79,6 +79,17 @@ class ImportRecordError(InvalidInputError):
         self.field = field
 
 
+class SummarizerError(MemstoreError):
+    """The ``summarize`` function of a compaction raised, or returned something other than a
+    non-empty ``str``. Nothing was written; the function's own exception is ``__cause__``
+    (the text names only its class, never message text)."""
+
+
+class CompactionConflictError(MemstoreError):
+    """Another compaction of the app stored a summary while this one was summarizing; this
+    summary would not chain from it, so it was not written. Run the compaction again."""
+
+
 class StreamProtocolError(InvalidInputError):
     """A stream collector got a chunk or call it cannot take in this state: an unknown or
     malformed chunk, a result for a call id never requested or reported twice, text while

@@ -36,6 +36,38 @@ class ReloadReport(_Report):
     serve that unit alone."""
 
 
+class CompactionReport(_Report):
+    """The outcome of one compaction (``memory(app).compact``)."""
+
+    app_id: str
+    compacted: bool
+    """False when nothing in the window was older than the part kept (no summary written,
+    the summarizer not called)."""
+    summary_id: int | None
+    """The id of the summary row in the original history."""
+    first_id: int | None
+    """First id of the range the summary covers (the chain's: a previous summary's first)."""
+    last_id: int | None
+    """Last id of the covered range: windows hold only rows after it."""
+    messages_covered: int
+    """Messages given to the summarizer besides the previous summary."""
+    previous_summary_id: int | None
+    """The summary the new one chains from (it was given to the summarizer first)."""
+    kept_messages: int
+    """Messages of the window left after the summary."""
+    kept_tokens: int
+    """Their tokens by the store's counter."""
+    summary_tokens: int | None = None
+    """Tokens of the new summary by the store's counter."""
+
+    @property
+    def covered(self) -> tuple[int, int] | None:
+        """``(first_id, last_id)``: the id range the summary covers."""
+        if self.first_id is None or self.last_id is None:
+            return None
+        return (self.first_id, self.last_id)
+
+
 class PurgeReport(_Report):
     """Rows and cache keys one purge removed."""
 

@@ -30,6 +30,7 @@ from memstore.cache.memory_cache import InProcessWindowCache, NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core import health
+from memstore.core.compaction import plan_compaction
 from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.export import (
     AppCounts,
@@ -60,11 +61,12 @@ from memstore.core.plans import (
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window
+from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import (
+    CompactionReport,
     DisplayEntry,
     HealthCheck,
     HealthReport,
@@ -83,9 +85,9 @@ from memstore.sql.export import (
     import_report,
 )
 from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
-from memstore.sql.repository import SqlHistory
+from memstore.sql.repository import ChainCheck, SqlHistory
 from memstore.sql.schema import display, original
-from memstore.store_base import StoreBase
+from memstore.store_base import StoreBase, Summarizer
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -110,6 +112,8 @@ class MemoryStore(StoreBase):
         token_counter: counts a message's tokens for token budgets, ``(Message) -> int``;
             default :func:`memstore.core.tokens.approximate_tokens` (no tokenizer needed), or
             e.g. ``encoding_counter(tiktoken_encoding)``.
+        summarizer: ``summarize(messages) -> str`` for automatic compaction (the
+            ``compact_at_tokens`` setting); see :meth:`set_summarizer`.
 
     With ``worker_id="auto"`` (the default) the store leases a free worker id from the
     ``worker_leases`` table on its first write and renews it from a daemon thread;
@@ -125,8 +129,9 @@ class MemoryStore(StoreBase):
         id_generator: SnowflakeGenerator | None = None,
         id_clock: Callable[[], int] | None = None,
         token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
-        super().__init__(settings, id_generator, id_clock, token_counter)
+        super().__init__(settings, id_generator, id_clock, token_counter, summarizer)
         self._heartbeat: threading.Thread | None = None
         self._stop_heartbeat = threading.Event()
         self._owns_engine = engine is None
@@ -301,7 +306,68 @@ class MemoryStore(StoreBase):
         app = normalize_app_id(app_id)
         user = normalize_user_id(user_id)
         batch = [parse_message(message) for message in messages]
-        return self._write(app, user, batch, display_drafts(batch, self._formatters))
+        ids = self._write(app, user, batch, display_drafts(batch, self._formatters))
+        if ids and self._summarizer is not None and self.settings.compact_at_tokens is not None:
+            self._auto_compact(app)
+        return ids
+
+    def _auto_compact(self, app_id: str) -> None:
+        """Compact the app when its window is over ``compact_at_tokens``; a failure is logged
+        (no message text) and never reaches the append, which is already stored."""
+        summarize = self._summarizer
+        threshold = self.settings.compact_at_tokens
+        try:
+            if summarize is None or threshold is None:
+                return
+            if self._auto_compaction_due(self._cached_window(app_id)):
+                self.compact(app_id, summarize, keep_last_tokens=threshold // 2)
+        except Exception as error:
+            self._auto_compaction_failed(app_id, error)
+
+    def compact(
+        self,
+        app_id: str | int,
+        summarize: Callable[[list[Message]], Any],
+        keep_last_tokens: int | None = None,
+        keep_last_messages: int | None = None,
+        *,
+        display: bool = False,
+    ) -> CompactionReport:
+        """Replace the older part of the app's window with a summary; see
+        :meth:`ChatMemory.compact`."""
+        app = normalize_app_id(app_id)
+        keep_tokens, keep_messages = self._keep_bounds(keep_last_tokens, keep_last_messages)
+        window = run_steps(self._compaction_window(), lambda r: self._sql.fetch(app, r))
+        plan = plan_compaction(window, self._count, keep_tokens, keep_messages)
+        if plan is None:
+            return self._compaction_report(app, None)
+        try:
+            value: object = summarize(list(plan.inputs))
+        except Exception as error:
+            raise self._summarizer_failed(error) from error
+        text = self._summary_text(value)
+        rows = self._summary_plan(app, text, plan, display)
+        chain = ChainCheck(app, plan.previous_id)
+        attempt = 0
+        while True:
+            attempt += 1
+            self._ensure_lease()
+            try:
+                ids, _ = self._sql.insert(app, rows, self._issue_ids, chain)
+                break
+            except IdCollisionError as error:
+                self._id_collided(attempt, error)
+        self.cache.invalidate(app)
+        return self._compaction_report(app, plan, ids[0], text)
+
+    def _cached_window(self, app_id: str) -> list[Message]:
+        """The app's cached window as reads serve it before any token budget."""
+        generation = self._generation(app_id)
+        cached = self.cache.read(app_id)
+        if cached.messages is not None and cached.generation == generation:
+            return answer_open_group(cached.messages)
+        messages, _ = self._rebuild(app_id, self.settings.reload_max, cached.version, generation)
+        return messages
 
     def _write(
         self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
@@ -346,13 +412,15 @@ class MemoryStore(StoreBase):
         max_messages: int | None,
         start_at_user: bool,
         max_tokens: int | None = None,
+        summaries: bool = True,
     ) -> Window:
         window = run_steps(
             window_steps(
                 max_messages,
                 start_at_user=start_at_user,
                 max_tokens=max_tokens,
-                count_tokens=self._count if max_tokens is not None else None,
+                count_tokens=self._count,
+                summaries=self._summaries if summaries else None,
             ),
             lambda request: self._sql.fetch(app_id, request),
         )
@@ -366,6 +434,7 @@ class MemoryStore(StoreBase):
         *,
         start_at_user: bool | None = None,
         oversize: str = "keep",
+        summaries: bool = True,
     ) -> list[Message]:
         """The newest messages of the original history, edge-checked, straight from SQL.
 
@@ -379,11 +448,16 @@ class MemoryStore(StoreBase):
         warning is logged); ``oversize="truncate-results"`` then cuts its largest tool
         results, with a marker, until it fits. With ``start_at_user`` (default: the
         ``window_start_at_user`` setting) the window starts at a user message.
+
+        After a compaction the window is the app's newest summary (in the ``summary_role``
+        setting's role) followed by the newest whole units after the range it covers; the
+        summary counts toward both bounds and ``start_at_user`` applies after it.
+        ``summaries=False`` gives the raw window, as if no compaction had happened.
         """
         app = normalize_app_id(app_id)
         messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        window = self._window(app, messages, first_user, tokens)
+        window = self._window(app, messages, first_user, tokens, summaries=bool(summaries))
         return self._fitted(app, window, tokens, policy).messages
 
     def memory(self, app_id: str | int) -> ChatMemory:
@@ -686,6 +760,38 @@ class ChatMemory:
     ) -> list[int]:
         """Write several messages in one transaction (see :meth:`MemoryStore.append`)."""
         return self._store.append(self.app_id, messages, user_id=user_id)
+
+    def compact(
+        self,
+        summarize: Callable[[list[Message]], Any],
+        keep_last_tokens: int | None = None,
+        keep_last_messages: int | None = None,
+        *,
+        display: bool = False,
+    ) -> CompactionReport:
+        """Replace the older part of the window with a summary written by ``summarize``.
+
+        The window (``reload_max`` messages, opened by the previous summary) is cut at a unit
+        boundary: the newest whole units within ``keep_last_tokens`` tokens and
+        ``keep_last_messages`` messages stay (both bounds hold when both are given; the
+        newest unit always stays). ``summarize(messages) -> str`` gets the rest, the previous
+        summary first, so summaries chain; it runs outside any transaction. Its text is
+        stored as a ``summary`` row of the original history recording the id range it
+        covers; from then on windows are ``[summary] + the newest units after that range``.
+        Nothing is deleted or changed: ``history``, ``export`` and ``memstore show
+        --original`` still see every message. ``display=True`` also writes the summary to
+        the display history (role ``"summary"``).
+
+        Messages appended while ``summarize`` runs are neither lost nor covered. Raises
+        :class:`~memstore.errors.SummarizerError` when ``summarize`` raises or returns no
+        text, and :class:`~memstore.errors.CompactionConflictError` when another compaction
+        stored a summary meanwhile; either way nothing is written. Returns a
+        :class:`~memstore.reports.CompactionReport` (``compacted=False`` when nothing was
+        older than the kept part: ``summarize`` was not called).
+        """
+        return self._store.compact(
+            self.app_id, summarize, keep_last_tokens, keep_last_messages, display=display
+        )
 
     def invalidate(self) -> None:
         """Drop the cached window; the next read rebuilds it from SQL."""

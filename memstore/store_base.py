@@ -18,11 +18,14 @@ from sqlalchemy.engine import make_url
 from memstore.cache.base import CachedWindow
 from memstore.config import Settings
 from memstore.core import health
+from memstore.core.compaction import CompactionPlan, over_threshold
 from memstore.core.crypto import RowCipher
 from memstore.core.display import DisplayDraft, ToolFormatter
-from memstore.core.inputs import MAX_WINDOW_MESSAGES
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int
 from memstore.core.leases import HeldLease, LeaseRow, id_floor
+from memstore.core.loader import WindowSteps, window_steps
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.summary import SummaryRole, stored_summary, summary_role
 from memstore.core.tokens import (
     MAX_TOKENS_LIMIT,
     Oversize,
@@ -36,16 +39,24 @@ from memstore.core.window import Window, WindowEntry, answer_open_group, entry_f
 from memstore.errors import (
     IdCollisionError,
     InvalidInputError,
+    MemstoreError,
     StorageError,
+    SummarizerError,
     WorkerLeaseLostError,
 )
 from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
 from memstore.metrics import Metrics, otel_listener
-from memstore.reports import HealthCheck, HealthReport
+from memstore.reports import CompactionReport, HealthCheck, HealthReport
 
 if TYPE_CHECKING:
     from memstore.sql.health import DatabaseProbe
+
+Summarizer = Callable[[list[Message]], Any]
+"""``summarize(messages) -> str`` (an async store also accepts one returning an awaitable)."""
+
+SUMMARY_DISPLAY_ROLE = "summary"
+"""The display-history role of a summary row (written only when asked)."""
 
 logger = logging.getLogger("memstore")
 
@@ -64,11 +75,13 @@ class StoreBase:
         id_generator: SnowflakeGenerator | None = None,
         id_clock: Callable[[], int] | None = None,
         token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.cipher = RowCipher(self.settings.encryption_keys)
         """Seals and opens stored texts with ``settings.encryption_keys`` (the identity, and
         a refusal of sealed values, when none are set)."""
+        self._summarizer: Summarizer | None = summarizer
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         """Counts a message's tokens for token budgets (default: :func:`approximate_tokens`)."""
         self._count = checked_counter(self.token_counter)
@@ -92,6 +105,133 @@ class StoreBase:
         self._otel_enabled = False
         if self.settings.otel_metrics:
             self.enable_otel()
+
+    def set_summarizer(self, summarize: Summarizer | None) -> None:
+        """Register the summarizer automatic compaction uses (``compact_at_tokens``):
+        ``summarize(messages) -> str`` (an async store also takes an ``async def``);
+        ``None`` turns automatic compaction off."""
+        if summarize is not None and not callable(summarize):
+            raise InvalidInputError("summarize must be callable")
+        self._summarizer = summarize
+
+    @property
+    def _summaries(self) -> SummaryRole:
+        """How windows give the model the app's summary (the ``summary_role`` setting)."""
+        return summary_role(self.settings.summary_role)
+
+    @staticmethod
+    def _keep_bounds(
+        keep_last_tokens: int | None, keep_last_messages: int | None
+    ) -> tuple[int | None, int | None]:
+        """Validate a compaction's keep bounds (``0``: keep only the newest unit)."""
+        tokens = (
+            None
+            if keep_last_tokens is None
+            else bounded_int(
+                keep_last_tokens, "keep_last_tokens", minimum=0, maximum=MAX_TOKENS_LIMIT
+            )
+        )
+        messages = (
+            None
+            if keep_last_messages is None
+            else bounded_int(
+                keep_last_messages, "keep_last_messages", minimum=0, maximum=MAX_WINDOW_MESSAGES
+            )
+        )
+        return tokens, messages
+
+    def _compaction_window(self) -> WindowSteps:
+        """The window a compaction works on: the rebuild's size (``reload_max``), opened by
+        the previous summary as a system message, with row ids."""
+        return window_steps(self.settings.reload_max, start_at_user=False, summaries="system")
+
+    @staticmethod
+    def _summary_text(value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise SummarizerError(
+                f"summarize must return a non-empty str, got {type(value).__name__}; "
+                "nothing was written"
+            )
+        return value
+
+    @staticmethod
+    def _summarizer_failed(error: Exception) -> SummarizerError:
+        return SummarizerError(f"summarize raised {type(error).__name__}; nothing was written")
+
+    def _summary_plan(
+        self, app_id: str, text: str, plan: CompactionPlan, display: bool
+    ) -> WritePlan:
+        """The rows of a summary: one original row, and a display row only when asked."""
+        message = stored_summary(text, plan.info)
+        drafts = [DisplayDraft(SUMMARY_DISPLAY_ROLE, text)] if display else []
+        return plan_write(
+            app_id,
+            None,
+            [message],
+            drafts,
+            now=datetime.now(timezone.utc),
+            max_text_bytes=self.settings.max_text_bytes,
+            max_metadata_bytes=self.settings.max_metadata_bytes,
+            summary=True,
+        )
+
+    def _compaction_report(
+        self,
+        app_id: str,
+        plan: CompactionPlan | None,
+        summary_id: int | None = None,
+        text: str | None = None,
+    ) -> CompactionReport:
+        if plan is None:
+            return CompactionReport(
+                app_id=app_id,
+                compacted=False,
+                summary_id=None,
+                first_id=None,
+                last_id=None,
+                messages_covered=0,
+                previous_summary_id=None,
+                kept_messages=0,
+                kept_tokens=0,
+            )
+        tokens = None if text is None else self._count(stored_summary(text, plan.info))
+        logger.info(
+            "memstore compaction app_id=%r summary_id=%s first_id=%d last_id=%d "
+            "messages_covered=%d",
+            app_id,
+            summary_id,
+            plan.info.first_id,
+            plan.info.last_id,
+            plan.info.messages,
+        )
+        return CompactionReport(
+            app_id=app_id,
+            compacted=True,
+            summary_id=summary_id,
+            first_id=plan.info.first_id,
+            last_id=plan.info.last_id,
+            messages_covered=plan.info.messages,
+            previous_summary_id=plan.previous_id,
+            kept_messages=plan.kept_messages,
+            kept_tokens=plan.kept_tokens,
+            summary_tokens=tokens,
+        )
+
+    def _auto_compaction_due(self, messages: Sequence[Message]) -> bool:
+        """After an append: automatic compaction is on and the window is over its threshold."""
+        threshold = self.settings.compact_at_tokens
+        if threshold is None or self._summarizer is None:
+            return False
+        return over_threshold(messages, self._count, threshold)
+
+    @staticmethod
+    def _auto_compaction_failed(app_id: str, error: Exception) -> None:
+        logger.warning(
+            "memstore: automatic compaction of app %r failed (%s); the append is stored and "
+            "the window keeps its bounds",
+            app_id,
+            type(error).__name__ if not isinstance(error, MemstoreError) else error,
+        )
 
     def metrics(self) -> dict[str, int]:
         """A plain snapshot of this store's counters (see :data:`memstore.metrics.COUNTERS`):

@@ -21,6 +21,7 @@ from memstore.cache.base import CachedWindow
 from memstore.core.display import ToolFormatter
 from memstore.messages import Message, ToolRequest
 from memstore.reports import (
+    CompactionReport,
     DisplayEntry,
     HealthReport,
     ImportReport,
@@ -79,6 +80,18 @@ class SyncMemory:
 
     def invalidate(self) -> None:
         self._run(self._memory.invalidate())
+
+    def compact(
+        self,
+        summarize: Any,
+        keep_last_tokens: int | None = None,
+        keep_last_messages: int | None = None,
+        *,
+        display: bool = False,
+    ) -> CompactionReport:
+        return self._run(
+            self._memory.compact(summarize, keep_last_tokens, keep_last_messages, display=display)
+        )
 
 
 class SyncCollector:
@@ -169,12 +182,36 @@ class SyncFacade:
         *,
         start_at_user: bool | None = None,
         oversize: str = "keep",
+        summaries: bool = True,
     ) -> list[Message]:
         return self._run(
             self._store.load_window(
-                app_id, max_messages, max_tokens, start_at_user=start_at_user, oversize=oversize
+                app_id,
+                max_messages,
+                max_tokens,
+                start_at_user=start_at_user,
+                oversize=oversize,
+                summaries=summaries,
             )
         )
+
+    def compact(
+        self,
+        app_id: Any,
+        summarize: Any,
+        keep_last_tokens: int | None = None,
+        keep_last_messages: int | None = None,
+        *,
+        display: bool = False,
+    ) -> CompactionReport:
+        return self._run(
+            self._store.compact(
+                app_id, summarize, keep_last_tokens, keep_last_messages, display=display
+            )
+        )
+
+    def set_summarizer(self, summarize: Any) -> None:
+        self._store.set_summarizer(summarize)
 
     def memory(self, app_id: Any) -> SyncMemory:
         return SyncMemory(self._store.memory(app_id), self._run)

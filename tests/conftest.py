@@ -131,7 +131,7 @@ class StoreFactory:
         self._stores: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def __call__(self, token_counter: Any = None, **settings: Any) -> Any:
+    def __call__(self, token_counter: Any = None, summarizer: Any = None, **settings: Any) -> Any:
         settings.setdefault("worker_id", SESSION_WORKER_ID)
         config = Settings(
             database_url=self.engine.url.render_as_string(hide_password=False), **settings
@@ -143,13 +143,17 @@ class StoreFactory:
                 engine=self.engine,
                 cache=make_cache(self.cache_name, policy),
                 token_counter=token_counter,
+                summarizer=summarizer,
             )
             self._stores.append(store)
             return store
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         async_store = AsyncMemoryStore(
-            config, cache=make_async_cache(self.cache_name, policy), token_counter=token_counter
+            config,
+            cache=make_async_cache(self.cache_name, policy),
+            token_counter=token_counter,
+            summarizer=summarizer,
         )
         facade = SyncFacade(async_store, self._loop, self.engine)
         self._stores.append(facade)

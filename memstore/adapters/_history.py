@@ -73,6 +73,7 @@ from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     in_app,
     insert_plan,
+    latest_summary_query,
     newest_rows_query,
     oldest_first_query,
     request_scan_query,
@@ -165,6 +166,13 @@ def _newest_rows(
 ) -> list[StoredMessage]:
     query = newest_rows_query(app_id, RowRequest(limit, before_id))
     return rows_to_messages(conn.execute(query), app_id, cipher)
+
+
+def _latest_summary(conn: Connection, app_id: str, cipher: RowCipher) -> StoredMessage | None:
+    """The app's newest summary row (a compaction's), if any."""
+    query = latest_summary_query(app_id, payload=True)
+    rows = rows_to_messages(conn.execute(query), app_id, cipher)
+    return rows[-1] if rows else None
 
 
 def _requested_tools(
@@ -473,6 +481,12 @@ class StoreAccess:
         with translated_errors("reading history"), store.engine.connect() as conn:
             return _newest_rows(conn, app_id, limit, before_id, store.cipher)
 
+    def latest_summary(self, app_id: str) -> StoredMessage | None:
+        """The app's newest summary row (``None``: never compacted)."""
+        store = self.sync_store()
+        with translated_errors("reading history"), store.engine.connect() as conn:
+            return _latest_summary(conn, app_id, store.cipher)
+
     def window(self, app_id: str, max_messages: int | None) -> list[Message]:
         """The cached window, or with ``max_messages`` the window loaded from SQL."""
         store = self.sync_store()
@@ -532,6 +546,14 @@ class StoreAccess:
         with translated_errors("reading history"):
             async with store.engine.connect() as conn:
                 return await conn.run_sync(_newest_rows, app_id, limit, before_id, store.cipher)
+
+    async def alatest_summary(self, app_id: str) -> StoredMessage | None:
+        store = self._native()
+        if store is None:
+            return await asyncio.to_thread(self.latest_summary, app_id)
+        with translated_errors("reading history"):
+            async with store.engine.connect() as conn:
+                return await conn.run_sync(_latest_summary, app_id, store.cipher)
 
     async def awindow(self, app_id: str, max_messages: int | None) -> list[Message]:
         store = self._native()

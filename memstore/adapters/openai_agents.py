@@ -15,6 +15,12 @@ The one-line switch (instead of ``SQLiteSession("user-42", "conversations.db")``
     session = MemstoreSession("user-42", store)
     result = await Runner.run(agent, "What's the weather?", session=session)
 
+After a compaction (:meth:`memstore.ChatMemory.compact` on the session id) the session's
+items are the summary (a ``system`` item; ``user``, or none, per the ``summary_role``
+setting) followed by the items after the range it covers, as the SDK's compaction sessions
+replace older items; the summary counts toward ``limit``. The stored items stay in the
+database (``memstore show --original``, export).
+
 Semantics are the SDK's: ``get_items()`` returns every item in the order added,
 ``get_items(limit)`` the latest ``limit`` items in chronological order (the default limit comes
 from ``session_settings.limit``; ``limit <= 0`` gives ``[]``), ``pop_item()`` removes and
@@ -79,6 +85,7 @@ from memstore.core.inputs import (
     normalize_app_id,
     normalize_user_id,
 )
+from memstore.core.summary import is_summary, summary_info, window_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import InvalidMessageError
 from memstore.messages import (
@@ -151,21 +158,29 @@ class MemstoreSession(SessionABC):
         if wanted is not None:
             # any int up to the window bound; zero and negatives mean "no items", as in the SDK
             bounded_int(wanted, "limit", minimum=-MAX_ROW_ID, maximum=MAX_WINDOW_MESSAGES)
+        if wanted is not None and wanted <= 0:
+            return []
+        summary = await self._access.alatest_summary(self.session_id)
+        info = None if summary is None else summary_info(summary.message)
+        floor = -1 if info is None else info.last_id
+        lead: list[TResponseInputItem] = []
+        if summary is not None and info is not None:
+            opener = window_summary(summary.id, summary.message, self.store.settings.summary_role)
+            lead = [] if opener is None else _items([StoredMessage(summary.id, opener)])
         if wanted is None:
             rows = await self._access.aall_rows(self.session_id)
-            return _items(rows)
-        if wanted <= 0:
-            return []
+            return lead + _items([r for r in rows if r.id > floor and not is_summary(r.message)])
+        want = wanted - len(lead)
         items: list[TResponseInputItem] = []
         before: int | None = None
         page = wanted + _PAGE_EXTRA
-        while len(items) < wanted:
+        while len(items) < want:
             rows = await self._access.anewest_rows(self.session_id, page, before)
-            items = _items(rows) + items
-            if len(rows) < page:
+            items = _items([r for r in rows if r.id > floor]) + items
+            if len(rows) < page or (rows and rows[0].id <= floor):
                 break
             before = rows[0].id
-        return items[-wanted:]
+        return (lead + items[-want:]) if want > 0 else lead[-wanted:]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order, in one transaction.

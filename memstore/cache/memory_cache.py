@@ -27,6 +27,7 @@ from memstore.core.window import (
     can_append_result,
     eviction_count,
     reuses_call_id,
+    summary_prefix,
     tail_group_missing,
 )
 
@@ -150,10 +151,11 @@ class InProcessWindowCache:
                 tokens=[e.tokens for e in slot.entries],
                 max_tokens=self._policy.max_tokens,
             )
-            if drop >= len(slot.entries):
+            skip = summary_prefix([e.kind for e in slot.entries])
+            if drop >= len(slot.entries) - skip:
                 del self._slots[app_id]
                 return
-            del slot.entries[:drop]
+            del slot.entries[skip : skip + drop]
             slot.expires_at = time.monotonic() + self._policy.ttl_seconds
 
     def invalidate(self, app_id: str) -> None:

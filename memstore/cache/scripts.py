@@ -1,6 +1,7 @@
 """The Lua scripts behind the Redis window: each change is one atomic round trip.
 
-They implement the same rules as :func:`memstore.core.window.eviction_count` and
+They implement the same rules as :func:`memstore.core.window.eviction_count` (a window
+opened by a summary entry, kind ``M``, keeps it and trims the entries after it) and
 :func:`memstore.core.window.can_append_result` (a test runs both on random windows).
 Entries are ``<kind><ids>[<0x1d><tokens>]<0x1e><json>`` (see
 :func:`memstore.cache.base.encode_entry`).
@@ -111,23 +112,34 @@ for i = 5, #ARGV do
   end
 end
 local len = redis.call('LLEN', KEYS[1])
-local drop = len - tonumber(ARGV[2])
+local skip = 0
+local head = redis.call('LINDEX', KEYS[1], 0)
+if head and string.sub(head, 1, 1) == 'M' then skip = 1 end
+local n = len - skip
+local function kind_at(i) return string.sub(redis.call('LINDEX', KEYS[1], skip + i), 1, 1) end
+local keep = tonumber(ARGV[2]) - skip
+if keep < 1 then keep = 1 end
+local drop = n - keep
 if drop < 0 then drop = 0 end
-while drop > 0 and drop < len and string.sub(redis.call('LINDEX', KEYS[1], drop), 1, 1) == 'T' do
+while drop > 0 and drop < n and kind_at(drop) == 'T' do
   drop = drop - 1
 end
 local budget = tonumber(ARGV[4])
-if budget > 0 and len > 0 then
-  local items = redis.call('LRANGE', KEYS[1], 0, -1)
+if budget > 0 and n > 0 then
+  if skip == 1 then
+    budget = budget - entry_tokens(head)
+    if budget < 1 then budget = 1 end
+  end
+  local items = redis.call('LRANGE', KEYS[1], skip, -1)
   local total = 0
-  local start = len
-  local i = len - 1
+  local start = n
+  local i = n - 1
   while i >= 0 do
     local j = i
     while j > 0 and string.sub(items[j + 1], 1, 1) == 'T' do j = j - 1 end
     local cost = 0
     for k = j, i do cost = cost + entry_tokens(items[k + 1]) end
-    if start < len and total + cost > budget then break end
+    if start < n and total + cost > budget then break end
     total = total + cost
     start = j
     i = j - 1
@@ -135,12 +147,15 @@ if budget > 0 and len > 0 then
   if start > drop then drop = start end
 end
 if ARGV[3] == '1' then
-  while drop < len and string.sub(redis.call('LINDEX', KEYS[1], drop), 1, 1) ~= 'U' do
+  while drop < n and kind_at(drop) ~= 'U' do
     drop = drop + 1
   end
 end
-if drop >= len then return invalidate() end
-if drop > 0 then redis.call('LTRIM', KEYS[1], drop, -1) end
+if drop >= n then return invalidate() end
+if drop > 0 then
+  redis.call('LTRIM', KEYS[1], skip + drop, -1)
+  if skip == 1 then redis.call('LPUSH', KEYS[1], head) end
+end
 redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
 redis.call('EXPIRE', KEYS[4], ttl)

@@ -13,7 +13,14 @@ history, the display history and the loop guard's records, ids and timestamps ke
      "result": "...", "created_at": "...", "updated_at": "..."}
 
 Timestamps are ISO 8601 in UTC. ``message`` is the stored message exactly as memstore's
-message model dumps it (``arguments`` stays the model's raw JSON string). Readers accept every
+message model dumps it (``arguments`` stays the model's raw JSON string).
+
+A compaction's summary row is an ``original`` record like any other (version 1 needs no new
+field or record kind): its ``message`` is a system message whose ``metadata`` holds
+``"memstore_summary": {"first_id": ..., "last_id": ..., "messages": ...}``. Import recognizes
+that key and stores the row with ``message_type`` ``summary``, so the imported app's windows
+open with the same summary. (A reader older than compaction imports it as a plain system
+message.) Readers accept every
 version up to :data:`FORMAT_VERSION` and refuse newer ones; a version adds fields or record
 kinds, and an importer of that version still reads all older files.
 """

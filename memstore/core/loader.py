@@ -13,26 +13,34 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
-from memstore.core.window import StoredMessage, Window, select_window
+from memstore.core.summary import SummaryRole, is_summary, summary_info, window_summary
+from memstore.core.window import StoredMessage, Window, select_window, with_summary
 from memstore.messages import Message
 
 LOOKAHEAD_ROWS = 32
 """Rows read beyond the window size, so most tool groups at the edge need no second query."""
 WIDEN_LIMIT_ROWS = 1024
 """Most older rows the one extra query may read to find the request of a result at the edge."""
-TOKENS_PER_ROW_GUESS = 16
+TOKENS_PER_ROW_GUESS = 64
 """For a token budget, the first read assumes messages of at least this many tokens; when
-they are smaller, older rows are read in growing bounded pages until the budget is full."""
+they are smaller, older rows are read in growing bounded pages until the budget is full.
+(64: a typical chat or tool message; a smaller guess over-reads and decodes several times the
+rows a window of ordinary messages needs, so a long history's read cost more than a short
+one's.)"""
 TOKEN_WINDOW_MAX_MESSAGES = 100_000
 """The message bound of a token-bounded window given no ``max_messages``."""
 
 
 @dataclass(frozen=True, slots=True)
 class RowRequest:
-    """Fetch up to ``limit`` newest non-deleted rows of the app with ``id < before_id``."""
+    """Fetch up to ``limit`` newest non-deleted rows of the app with ``id < before_id`` and
+    ``id > after_id``, summary rows left out; with ``summary``, also the app's newest summary
+    row (none or one, in the same statement)."""
 
     limit: int
     before_id: int | None = None
+    after_id: int | None = None
+    summary: bool = False
 
 
 WindowSteps = Generator[RowRequest, list[StoredMessage], Window]
@@ -44,6 +52,7 @@ def window_steps(
     start_at_user: bool,
     max_tokens: int | None = None,
     count_tokens: Callable[[Message], int] | None = None,
+    summaries: SummaryRole | None = None,
     lookahead: int = LOOKAHEAD_ROWS,
     widen_limit: int = WIDEN_LIMIT_ROWS,
 ) -> WindowSteps:
@@ -51,27 +60,99 @@ def window_steps(
 
     ``max_messages=None`` needs ``max_tokens`` (the window is then bounded by
     :data:`TOKEN_WINDOW_MAX_MESSAGES` messages).
+
+    With ``summaries`` (a summary role), the first read also brings the app's newest summary
+    row (the same round trip: one more index probe); when there is one, rows up to the end of
+    its covered range are dropped, later reads stay after it, and the window opens with the
+    summary in that role (``"exclude"``: not at all). The summary counts toward both bounds
+    (:func:`memstore.core.window.with_summary`). ``None``: the raw window, as if no
+    compaction had happened.
     """
+    found = _Opener(summaries, count_tokens)
     if max_tokens is not None:
-        return (
-            yield from _token_steps(
-                max_messages,
-                max_tokens,
-                count_tokens,
-                start_at_user=start_at_user,
-                lookahead=lookahead,
-                widen_limit=widen_limit,
-            )
+        window = yield from _token_steps(
+            max_messages,
+            max_tokens,
+            count_tokens,
+            start_at_user=start_at_user,
+            lookahead=lookahead,
+            widen_limit=widen_limit,
+            found=found,
         )
+    else:
+        window = yield from _message_steps(
+            max_messages,
+            start_at_user=start_at_user,
+            lookahead=lookahead,
+            widen_limit=widen_limit,
+            found=found,
+        )
+    return with_summary(window, found.opener, found.opener_id, count_tokens)
+
+
+class _Opener:
+    """The summary a window opens with, taken from the first read's rows."""
+
+    def __init__(
+        self, role: SummaryRole | None, count_tokens: Callable[[Message], int] | None
+    ) -> None:
+        self.role = role
+        self.count_tokens = count_tokens
+        self.floor: int | None = None
+        self.opener: Message | None = None
+        self.opener_id = 0
+
+    def first(self, limit: int) -> RowRequest:
+        return RowRequest(limit, summary=self.role is not None)
+
+    def take(self, rows: list[StoredMessage], limit: int) -> tuple[list[StoredMessage], bool]:
+        """The first read's window rows (after the covered range) and whether the rows of the
+        window are all there (the read came back short, or reached the covered range)."""
+        plain = [row for row in rows if not is_summary(row.message)]
+        complete = len(plain) < limit
+        if self.role is None or len(plain) == len(rows):
+            return plain, complete
+        summary = (
+            rows[-1]
+            if is_summary(rows[-1].message)
+            else next(row for row in reversed(rows) if is_summary(row.message))
+        )
+        info = summary_info(summary.message)
+        if info is None:
+            return plain, complete
+        self.floor = info.last_id
+        self.opener_id = summary.id
+        self.opener = window_summary(summary.id, summary.message, self.role)
+        after = [row for row in plain if row.id > info.last_id]
+        return after, complete or len(after) < len(plain)
+
+    def messages(self, max_messages: int) -> int:
+        return max(1, max_messages - 1) if self.opener is not None else max_messages
+
+    def tokens(self, max_tokens: int) -> int:
+        if self.opener is None or self.count_tokens is None:
+            return max_tokens
+        return max(1, max_tokens - self.count_tokens(self.opener))
+
+
+def _message_steps(
+    max_messages: int | None,
+    *,
+    start_at_user: bool,
+    lookahead: int,
+    widen_limit: int,
+    found: _Opener,
+) -> WindowSteps:
     if max_messages is None:
         raise ValueError("a window needs max_messages or max_tokens")
-    first = RowRequest(max_messages + lookahead)
-    rows = yield first
+    limit = max_messages + lookahead
+    rows, complete = found.take((yield found.first(limit)), limit)
+    max_messages = found.messages(max_messages)
     window = select_window(
-        rows, max_messages, start_at_user=start_at_user, history_complete=len(rows) < first.limit
+        rows, max_messages, start_at_user=start_at_user, history_complete=complete
     )
     if window.needs_older_rows and rows:
-        older = yield RowRequest(widen_limit, before_id=rows[0].id)
+        older = yield RowRequest(widen_limit, before_id=rows[0].id, after_id=found.floor)
         window = select_window(
             older + rows, max_messages, start_at_user=start_at_user, history_complete=True
         )
@@ -86,6 +167,7 @@ def _token_steps(
     start_at_user: bool,
     lookahead: int,
     widen_limit: int,
+    found: _Opener,
 ) -> WindowSteps:
     """One read sized for the budget in the common case; older pages (each bounded, growing)
     while the budget is not full and rows remain, up to the message bound."""
@@ -93,8 +175,10 @@ def _token_steps(
     cap = target + lookahead
     guess = max(1, -(-max_tokens // TOKENS_PER_ROW_GUESS))
     limit = min(target, guess) + lookahead
-    rows = yield RowRequest(limit)
-    complete = len(rows) < limit
+    rows, complete = found.take((yield found.first(limit)), limit)
+    target = found.messages(target)
+    budget = found.tokens(max_tokens)
+    floor = found.floor
 
     def select(history_complete: bool) -> Window:
         return select_window(
@@ -102,7 +186,7 @@ def _token_steps(
             target,
             start_at_user=start_at_user,
             history_complete=history_complete,
-            max_tokens=max_tokens,
+            max_tokens=budget,
             count_tokens=count_tokens,
         )
 
@@ -111,10 +195,10 @@ def _token_steps(
         if complete or not window.needs_older_rows or not rows:
             return window
         if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
-            rows = (yield RowRequest(widen_limit, before_id=rows[0].id)) + rows
+            rows = (yield RowRequest(widen_limit, before_id=rows[0].id, after_id=floor)) + rows
             return select(True)
         size = min(max(len(rows), widen_limit), cap - len(rows))
-        older = yield RowRequest(size, before_id=rows[0].id)
+        older = yield RowRequest(size, before_id=rows[0].id, after_id=floor)
         complete = len(older) < size
         rows = older + rows
 

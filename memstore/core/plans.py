@@ -13,6 +13,7 @@ from memstore.core.display import DisplayDraft
 from memstore.core.inputs import MAX_ROW_ID, bounded_int, check_messages
 from memstore.core.metadata import DEFAULT_MAX_METADATA_BYTES, MetadataError, metadata_size
 from memstore.core.rows import display_row, original_row, seal_display, seal_original
+from memstore.core.summary import SUMMARY_MARK, carries_summary_mark
 from memstore.core.window import Window, WindowEntry, entry_for
 from memstore.errors import (
     InvalidInputError,
@@ -74,10 +75,20 @@ def plan_write(
     now: datetime,
     max_text_bytes: int,
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+    summary: bool = False,
 ) -> WritePlan:
-    """Check ``batch`` against the limits and lay out its rows (ids come later)."""
+    """Check ``batch`` against the limits and lay out its rows (ids come later). Only a
+    compaction's plan (``summary=True``) may hold a message with the reserved
+    ``memstore_summary`` metadata key."""
     check_messages(batch, max_text_bytes)
     check_metadata(batch, max_metadata_bytes)
+    if not summary:
+        for position, message in enumerate(batch):
+            if carries_summary_mark(message):
+                raise InvalidMessageError(
+                    f"message {position} ({message.type}): the metadata key "
+                    f"{SUMMARY_MARK!r} is reserved for summaries memstore writes"
+                )
     return WritePlan(
         original_rows=[original_row(0, app_id, user_id, message, now) for message in batch],
         display_rows=[display_row(0, app_id, user_id, draft, now) for draft in drafts],

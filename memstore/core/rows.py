@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from memstore.core.crypto import DISPLAY_CONTENT, ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.display import DisplayDraft
+from memstore.core.summary import is_summary
 from memstore.errors import StorageError
 from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
 
@@ -16,6 +17,8 @@ AI = "ai"
 TOOL_REQUEST = "toolExecutionRequest"
 TOOL_RESULT = "toolExecutionResult"
 SYSTEM = "system"
+SUMMARY = "summary"
+"""A compaction's summary (a system message carrying ``memstore_summary`` metadata)."""
 
 
 def message_type(message: Message) -> str:
@@ -24,6 +27,8 @@ def message_type(message: Message) -> str:
         return TOOL_REQUEST if message.tool_requests else AI
     if isinstance(message, ToolResult):
         return TOOL_RESULT
+    if is_summary(message):
+        return SUMMARY
     return SYSTEM if message.type == "system" else USER
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from memstore.core.summary import is_summary
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
 
 SYNTHETIC_MARK = "memstore_synthetic"
@@ -72,6 +73,9 @@ class Window:
     older than the rows given, or the rows ran out before the window was full."""
     synthetic_call_ids: list[str] = field(default_factory=list)
     """Call ids answered by a synthetic interrupted result."""
+    ids: list[int] = field(default_factory=list)
+    """The row id of each message (a synthetic result: its request's id; a summary: its
+    row's id), parallel to ``messages`` when the window came from rows."""
 
 
 def interrupted_result(request_id: str, tool_name: str) -> ToolResult:
@@ -94,14 +98,21 @@ def is_synthetic(message: Message) -> bool:
 class _Group:
     request: AiMessage
     results: dict[str, ToolResult] = field(default_factory=dict)
+    request_id: int = 0
+    result_ids: dict[str, int] = field(default_factory=dict)
 
-    def messages(self, synthetic: list[str]) -> list[Message]:
+    def messages(self, synthetic: list[str], ids: list[int] | None = None) -> list[Message]:
         out: list[Message] = [self.request]
         out.extend(self.results.values())
+        if ids is not None:
+            ids.append(self.request_id)
+            ids.extend(self.result_ids[call_id] for call_id in self.results)
         for call in self.request.tool_requests:
             if call.id not in self.results:
                 out.append(interrupted_result(call.id, call.name))
                 synthetic.append(call.id)
+                if ids is not None:
+                    ids.append(self.request_id)
         return out
 
     @property
@@ -114,27 +125,29 @@ class _Group:
 _Unit = UserMessage | AiMessage | ToolResult | SystemMessage | _Group
 
 
-def _assemble(rows: Sequence[StoredMessage], stats: WindowStats) -> list[tuple[_Unit, bool]]:
-    """Turn chronological rows into units; the flag marks results with no request in ``rows``."""
-    units: list[tuple[_Unit, bool]] = []
+def _assemble(rows: Sequence[StoredMessage], stats: WindowStats) -> list[tuple[_Unit, bool, int]]:
+    """Turn chronological rows into units; the flag marks results with no request in ``rows``;
+    the int is the unit's row id (a group's: its request's)."""
+    units: list[tuple[_Unit, bool, int]] = []
     open_requests: dict[str, _Group] = {}
     for row in rows:
         message = row.message
         if isinstance(message, ToolResult):
             group = open_requests.get(message.id)
             if group is None:
-                units.append((message, True))
+                units.append((message, True, row.id))
             elif message.id in group.results:
                 stats.duplicate_results_skipped += 1
             else:
                 group.results[message.id] = message
+                group.result_ids[message.id] = row.id
         elif isinstance(message, AiMessage) and message.tool_requests:
-            group = _Group(message)
+            group = _Group(message, request_id=row.id)
             for call in message.tool_requests:
                 open_requests[call.id] = group  # a reused id binds to its latest request
-            units.append((group, False))
+            units.append((group, False, row.id))
         else:
-            units.append((message, False))
+            units.append((message, False, row.id))
     return units
 
 
@@ -174,12 +187,12 @@ def select_window(
     stats = WindowStats()
     units = _assemble(rows, stats)
 
-    chosen: list[_Unit] = []
+    chosen: list[tuple[_Unit, int]] = []
     chosen_call_ids: set[str] = set()
     total = 0
     tokens = 0
     needs_older = False
-    for unit, unresolved in reversed(units):
+    for unit, unresolved, row_id in reversed(units):
         if total >= max_messages:
             break
         if unresolved:
@@ -202,7 +215,7 @@ def select_window(
         size = _unit_size(unit)
         if total + size > max_messages:
             stats.widened_groups += 1
-        chosen.append(unit)
+        chosen.append((unit, row_id))
         total += size
     else:
         if not history_complete and total < max_messages:
@@ -211,22 +224,25 @@ def select_window(
 
     if start_at_user:
         first_user = next(
-            (i for i, unit in enumerate(chosen) if isinstance(unit, UserMessage)), len(chosen)
+            (i for i, (unit, _) in enumerate(chosen) if isinstance(unit, UserMessage)),
+            len(chosen),
         )
         chosen = chosen[first_user:]
 
     synthetic: list[str] = []
     messages: list[Message] = []
-    for unit in chosen:
+    ids: list[int] = []
+    for unit, row_id in chosen:
         if isinstance(unit, _Group):
             before = len(synthetic)
-            messages.extend(unit.messages(synthetic))
+            messages.extend(unit.messages(synthetic, ids))
             stats.interrupted_answered += len(synthetic) - before
         else:
             messages.append(unit)
+            ids.append(row_id)
     if max_tokens is not None and count_tokens is not None:
         stats.tokens = sum(count_tokens(m) for m in messages)
-    return Window(messages, stats, needs_older, synthetic)
+    return Window(messages, stats, needs_older, synthetic, ids)
 
 
 def _unit_tokens(unit: _Unit, count_tokens: Callable[[Message], int]) -> int:
@@ -243,14 +259,45 @@ def token_window(
     start_at_user: bool = False,
 ) -> Window:
     """The newest whole units of an already edge-checked window (a cached one) that fit
-    ``max_tokens``, by the rules of :func:`select_window`."""
-    rows = [StoredMessage(index + 1, message) for index, message in enumerate(messages)]
-    return select_window(
+    ``max_tokens``, by the rules of :func:`select_window`. A leading summary stays and
+    counts toward the budget (see :func:`with_summary`)."""
+    summary = messages[0] if messages and is_summary(messages[0]) else None
+    tail = messages[1:] if summary is not None else messages
+    rows = [StoredMessage(index + 1, message) for index, message in enumerate(tail)]
+    reserved = 0 if summary is None else count_tokens(summary)
+    window = select_window(
         rows,
         max(1, len(rows)),
         start_at_user=start_at_user,
-        max_tokens=max_tokens,
+        max_tokens=max(1, max_tokens - reserved),
         count_tokens=count_tokens,
+    )
+    return window if summary is None else with_summary(window, summary, 0, count_tokens)
+
+
+def with_summary(
+    window: Window,
+    summary: Message | None,
+    summary_id: int,
+    count_tokens: Callable[[Message], int] | None,
+) -> Window:
+    """``window`` (the units after a summary's covered range) opened by ``summary``.
+
+    The summary counts toward both bounds: callers select the tail with one message fewer
+    and the summary's tokens taken off the budget (at least one message and one token
+    remain: the newest unit is always there, alone when even it does not fit).
+    """
+    if summary is None:
+        return window
+    stats = window.stats
+    if stats.tokens is not None and count_tokens is not None:
+        stats.tokens += count_tokens(summary)
+    return Window(
+        [summary, *window.messages],
+        stats,
+        window.needs_older_rows,
+        window.synthetic_call_ids,
+        [summary_id, *window.ids],
     )
 
 
@@ -263,6 +310,8 @@ KIND_SYSTEM = "S"
 KIND_AI = "A"
 KIND_REQUEST = "R"
 KIND_RESULT = "T"
+KIND_SUMMARY = "M"
+"""A summary opening the window: never evicted, counts toward both bounds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +327,8 @@ class WindowEntry:
 
 def entry_for(message: Message, tokens: int = 0) -> WindowEntry:
     """Classify ``message`` for a cached window."""
+    if is_summary(message):
+        return WindowEntry(KIND_SUMMARY, (), message, tokens)
     if isinstance(message, ToolResult):
         return WindowEntry(KIND_RESULT, (message.id,), message, tokens)
     if isinstance(message, AiMessage):
@@ -327,7 +378,21 @@ def eviction_count(
     each entry's ``tokens``) the window also keeps only the newest whole units that fit
     (:func:`token_drop`). With ``start_at_user`` the window then starts at its first user
     message.
+
+    A window opened by a summary (``kinds[0] == KIND_SUMMARY``) keeps it: the count is then
+    of the entries right after it, chosen from the rest with one message fewer and the
+    summary's tokens taken off the budget (as :func:`with_summary`).
     """
+    if kinds and kinds[0] == KIND_SUMMARY:
+        return eviction_count(
+            kinds[1:],
+            max(1, max_messages - 1),
+            start_at_user=start_at_user,
+            tokens=None if tokens is None else tokens[1:],
+            max_tokens=None
+            if max_tokens is None or tokens is None
+            else max(1, max_tokens - tokens[0]),
+        )
     drop = max(0, len(kinds) - max_messages)
     while 0 < drop < len(kinds) and kinds[drop] == KIND_RESULT:
         drop -= 1
@@ -337,6 +402,12 @@ def eviction_count(
         while drop < len(kinds) and kinds[drop] != KIND_USER:
             drop += 1
     return drop
+
+
+def summary_prefix(kinds: Sequence[str]) -> int:
+    """1 when the window opens with a summary (the entries :func:`eviction_count` counts
+    start after it), else 0."""
+    return 1 if kinds and kinds[0] == KIND_SUMMARY else 0
 
 
 def can_append_result(entries: Sequence[tuple[str, tuple[str, ...]]], call_id: str) -> str:

@@ -35,14 +35,16 @@ from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     NEWEST_IDS,
     REQUEST_SCAN_PAGE,
+    ChainCheck,
     adapter_record_deletes,
     display_entry,
     history_query,
-    newest_rows_statement,
+    latest_summary_query,
     purge_statements,
     request_scan_query,
     requested_ids_in,
     rows_to_messages,
+    window_rows_statement,
 )
 from memstore.sql.schema import display, original
 
@@ -148,7 +150,7 @@ class AsyncSqlHistory:
         self._read_options = read_options(engine.sync_engine)
 
     async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
-        statement, params = newest_rows_statement(app_id, request)
+        statement, params = window_rows_statement(app_id, request)
 
         async def work(conn: AsyncConnection) -> list[Any]:
             return list((await conn.execute(statement, params)).all())
@@ -158,7 +160,7 @@ class AsyncSqlHistory:
         return rows_to_messages(rows, app_id, self.cipher)
 
     async def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
     ) -> tuple[list[int], GenerationStep | None]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
@@ -166,6 +168,8 @@ class AsyncSqlHistory:
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:
             step = await generation.abump(conn, app_id)
+            if chain is not None:
+                chain.check((await conn.execute(latest_summary_query(app_id))).scalar())
             newest = (await conn.execute(NEWEST_IDS, {"app_id": app_id})).one()
             ids = issue_ids(plan.id_count, newest_of(*newest))
             missing = await self._unrequested(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,8 +15,9 @@ from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.rows import TOOL_REQUEST, decode_row, open_content, open_payload
+from memstore.core.rows import SUMMARY, TOOL_REQUEST, decode_row, open_content, open_payload
 from memstore.core.window import StoredMessage
+from memstore.errors import CompactionConflictError
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.engine import read_options, read_retrying, translated_errors, write_retrying
@@ -29,6 +32,22 @@ from memstore.sql.schema import (
 )
 
 REQUEST_SCAN_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ChainCheck:
+    """A compaction's write condition: the app's newest summary row is still ``previous_id``
+    (``None``: the app still has no summary)."""
+
+    app_id: str
+    previous_id: int | None
+
+    def check(self, newest_summary_id: int | None) -> None:
+        if newest_summary_id != self.previous_id:
+            raise CompactionConflictError(
+                f"app {self.app_id!r} got another summary while this compaction was "
+                "summarizing; nothing was written, run it again"
+            )
 
 
 def in_app(table: sa.Table, app_id: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
@@ -49,44 +68,99 @@ def newest_first(table: sa.Table) -> tuple[sa.UnaryExpression[Any], sa.UnaryExpr
 
 
 def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
-    """The newest non-deleted original rows of one app (newest first), as the loader asks."""
+    """The newest non-deleted original rows of one app (newest first), as the loader asks:
+    summary rows left out; with ``request.summary`` also the app's newest summary row (one
+    statement: ``UNION ALL`` of the two bounded index reads; the caller sorts by id)."""
     query = (
         sa.select(original.c.id, original.c.payload)
-        .where(in_app(original, app_id), original.c.is_deleted == sa.false())
+        .where(
+            in_app(original, app_id),
+            original.c.is_deleted == sa.false(),
+            original.c.message_type != SUMMARY,
+        )
         .order_by(*newest_first(original))
         .limit(request.limit)
     )
     if request.before_id is not None:
         query = query.where(original.c.id < request.before_id)
+    if request.after_id is not None:
+        query = query.where(original.c.id > request.after_id)
+    if request.summary:
+        summary = latest_summary_query(app_id, payload=True).subquery()
+        rows = query.subquery()
+        return sa.union_all(
+            sa.select(rows.c.id, rows.c.payload), sa.select(summary.c.id, summary.c.payload)
+        )  # type: ignore[return-value]
     return query
 
 
-def _newest_rows_statement(before: bool) -> sa.Select[Any]:
+@functools.cache
+def _window_statement(before: bool, after: bool, summary: bool) -> Any:
+    """The loader's read of one shape, built once with bound parameters (building the
+    ``UNION ALL`` of two subqueries per call costs more than running it)."""
+    app = sa.bindparam("w_app", type_=original.c.app_id.type)
     query = (
         sa.select(original.c.id, original.c.payload)
-        .where(in_app(original, sa.bindparam("app_id")), original.c.is_deleted == sa.false())
+        .where(
+            in_app(original, app),
+            original.c.is_deleted == sa.false(),
+            original.c.message_type != SUMMARY,
+        )
         .order_by(*newest_first(original))
-        .limit(sa.bindparam("row_limit", type_=sa.Integer))
+        .limit(sa.bindparam("w_limit", type_=sa.Integer()))
     )
     if before:
-        query = query.where(original.c.id < sa.bindparam("before_id", type_=sa.BigInteger))
-    return query
+        query = query.where(original.c.id < sa.bindparam("w_before", type_=sa.BigInteger()))
+    if after:
+        query = query.where(original.c.id > sa.bindparam("w_after", type_=sa.BigInteger()))
+    if not summary:
+        return query
+    newest_summary = (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            original.c.app_id == app,
+            original.c.message_type == SUMMARY,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(original.c.message_type.desc(), original.c.id.desc())
+        .limit(1)
+        .subquery()
+    )
+    rows = query.subquery()
+    return sa.union_all(
+        sa.select(rows.c.id, rows.c.payload),
+        sa.select(newest_summary.c.id, newest_summary.c.payload),
+    )
 
 
-_NEWEST_ROWS = _newest_rows_statement(before=False)
-_NEWEST_ROWS_BEFORE = _newest_rows_statement(before=True)
+def window_rows_statement(app_id: str, request: RowRequest) -> tuple[Any, dict[str, Any]]:
+    """The statement and parameters of one loader read (:func:`newest_rows_query`'s rows,
+    cached per shape)."""
+    statement = _window_statement(
+        request.before_id is not None, request.after_id is not None, request.summary
+    )
+    params: dict[str, Any] = {"w_app": app_id, "w_limit": request.limit}
+    if request.before_id is not None:
+        params["w_before"] = request.before_id
+    if request.after_id is not None:
+        params["w_after"] = request.after_id
+    return statement, params
 
 
-def newest_rows_statement(
-    app_id: str, request: RowRequest
-) -> tuple[sa.Select[Any], dict[str, Any]]:
-    """:func:`newest_rows_query` as one statement built once per process and its parameters:
-    no per-call construction, and SQLAlchemy's compiled cache finds it by identity."""
-    params: dict[str, Any] = {"app_id": app_id, "row_limit": request.limit}
-    if request.before_id is None:
-        return _NEWEST_ROWS, params
-    params["before_id"] = request.before_id
-    return _NEWEST_ROWS_BEFORE, params
+def latest_summary_query(app_id: str, *, payload: bool = False) -> sa.Select[Any]:
+    """The app's newest non-deleted summary row (its id, and payload when asked): one lookup
+    on the ``(app_id, message_type, id)`` index."""
+    columns = [original.c.id, original.c.payload] if payload else [original.c.id]
+    return (
+        sa.select(*columns)
+        .where(
+            original.c.app_id == app_id,
+            original.c.message_type == SUMMARY,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(original.c.message_type.desc(), original.c.id.desc())
+        .limit(1)
+    )
 
 
 def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]:
@@ -105,15 +179,20 @@ def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]
 
 
 def rows_to_messages(rows: Iterable[Any], app_id: str, cipher: RowCipher) -> list[StoredMessage]:
-    """Newest-first result rows of ``app_id`` to chronological stored messages. The rows are
-    fetched whole first: a row that fails to decode must not leave a half-read cursor (on
-    SQLite an unfinished statement keeps its read snapshot on the pooled connection)."""
+    """Result rows of ``app_id`` (newest first, or in any order) to chronological stored
+    messages. The rows are fetched whole first: a row that fails to decode must not leave a
+    half-read cursor (on SQLite an unfinished statement keeps its read snapshot on the pooled
+    connection)."""
     fetched = list(rows)
     out = [
         StoredMessage(row.id, decode_row(cipher, app_id, row.id, row.payload)) for row in fetched
     ]
-    out.reverse()
+    out.sort(key=_row_id)
     return out
+
+
+def _row_id(row: StoredMessage) -> int:
+    return row.id
 
 
 def newest_id_query(app_id: str | sa.BindParameter[str]) -> sa.Select[Any]:
@@ -205,7 +284,12 @@ def adapter_record_deletes(app_id: str) -> tuple[sa.Delete, ...]:
 
 
 def insert_plan(
-    conn: Connection, app_id: str, plan: WritePlan, issue_ids: IdIssuer, cipher: RowCipher
+    conn: Connection,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None = None,
 ) -> tuple[list[int], GenerationStep]:
     """Write the plan's rows in the caller's transaction; return the original rows' ids and
     the app's generation step.
@@ -217,8 +301,12 @@ def insert_plan(
     ``issue_ids(plan.id_count, newest)``, so the new rows sort after every row of the app
     written before. Every call id of ``plan.unresolved_call_ids`` must be requested by a row
     of the app below the new ids, else :class:`~memstore.errors.UnknownToolCallError`.
+    With ``chain`` (a compaction's summary), the app's newest summary must still be the one
+    the compaction chained from, else :class:`~memstore.errors.CompactionConflictError`.
     """
     step = generation.bump(conn, app_id)
+    if chain is not None:
+        chain.check(conn.execute(latest_summary_query(app_id)).scalar())
     newest = conn.execute(NEWEST_IDS, {"app_id": app_id}).one()
     ids = issue_ids(plan.id_count, newest_of(*newest))
     missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0], cipher=cipher)
@@ -258,7 +346,7 @@ class SqlHistory:
 
     def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         """Rows for the loader, chronological: one statement, all rows in one fetch."""
-        statement, params = newest_rows_statement(app_id, request)
+        statement, params = window_rows_statement(app_id, request)
         with translated_errors("reading history"):
             rows = read_retrying(
                 self.engine,
@@ -268,7 +356,7 @@ class SqlHistory:
         return rows_to_messages(rows, app_id, self.cipher)
 
     def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer
+        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
     ) -> tuple[list[int], GenerationStep | None]:
         """Write the plan's rows in one transaction (:func:`insert_plan`); return the original
         rows' ids and the app's generation step (``None`` when there was nothing to write).
@@ -277,7 +365,8 @@ class SqlHistory:
             return [], None
         with translated_errors("writing history"):
             return write_retrying(
-                self.engine, lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher)
+                self.engine,
+                lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher, chain),
             )
 
     def generation(self, app_id: str) -> int:

@@ -27,7 +27,7 @@ metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 ORIGINAL_TABLE = "chat_history_original"
 DISPLAY_TABLE = "chat_history"
-MESSAGE_TYPES = ("user", "ai", "toolExecutionRequest", "toolExecutionResult", "system")
+MESSAGE_TYPES = ("user", "ai", "toolExecutionRequest", "toolExecutionResult", "system", "summary")
 MAX_ID_CHARS = 128
 
 
@@ -80,10 +80,12 @@ original = sa.Table(
     sa.Column("is_deleted", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Index("ix_chat_history_original_app_id_id", "app_id", "id"),
     sa.Index("ix_chat_history_original_user_id", "user_id"),
+    sa.Index("ix_chat_history_original_app_id_message_type_id", "app_id", "message_type", "id"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
-"""The full history: one row per message, ``payload`` the message's canonical JSON."""
+"""The full history: one row per message, ``payload`` the message's canonical JSON. The
+``(app_id, message_type, id)`` index finds an app's newest summary row in one lookup."""
 
 display = sa.Table(
     DISPLAY_TABLE,

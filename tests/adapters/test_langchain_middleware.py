@@ -545,3 +545,21 @@ def test_a_window_size_out_of_range_is_refused_like_load_window(
 ) -> None:
     with pytest.raises(InvalidInputError):
         MemstoreMiddleware(sqlite_store, max_messages=size)
+
+
+def test_a_compacted_thread_gives_the_model_the_summary(env: AdapterEnv, app_id: str) -> None:
+    store = env.store()
+    model = ProviderLikeModel([PARALLEL, "3 and 12", "fine", "still fine"])
+    agent = agent_for(store, model)
+    call(env, agent, user("compute"), config(app_id))
+    call(env, agent, user("and then?"), config(app_id))
+    sync = env.sync_store()
+    sync.memory(app_id).compact(lambda m: "the user computed things", keep_last_messages=2)
+    store_rows = len(rows(sync, app_id))
+    call(env, agent, user("what did I do?"), config(app_id))
+    seen = model.requests[-1]
+    assert kinds(seen) == ["system", "human", "ai", "human"]
+    assert seen[0].content == "the user computed things"
+    check_like_provider(seen)
+    # the summary was not stored again as a message of the thread
+    assert len(rows(sync, app_id)) == store_rows + 2

@@ -776,3 +776,37 @@ def test_a_sync_store_works_from_any_loop(app_id: str, sqlite_store: MemoryStore
     asyncio.run(session.add_items([user("first loop")]))
     asyncio.run(session.add_items([user("second loop")]))
     assert asyncio.run(session.get_items()) == [user("first loop"), user("second loop")]
+
+
+# -- compaction ----------------------------------------------------------------------------------
+
+
+def test_a_compacted_session_gives_the_summary_then_the_items_after_it(
+    env: AdapterEnv, app_id: str
+) -> None:
+    store = env.store()
+    session = session_of(env, app_id, store)
+    items = [user(f"m{i}") for i in range(30)]
+
+    async def compact() -> None:
+        memory = store.memory(app_id)
+        if env.is_async:
+            await memory.compact(lambda m: "so far", keep_last_messages=5)
+        else:
+            memory.compact(lambda m: "so far", keep_last_messages=5)
+
+    async def scenario() -> None:
+        await session.add_items(items)
+        await compact()
+        summary = {"role": "system", "content": "so far"}
+        assert await session.get_items() == [summary, *items[-5:]]
+        assert await session.get_items(limit=3) == [summary, *items[-2:]]
+        assert await session.get_items(limit=1) == [summary]
+        await session.add_items([user("new")])
+        assert await session.get_items() == [summary, *items[-5:], user("new")]
+        assert await session.pop_item() == user("new")
+        assert await session.get_items(limit=100) == [summary, *items[-5:]]
+
+    env.run(scenario())
+    raw = env.sync_store().load_window(app_id, 1000, summaries=False)
+    assert len(raw) == 30  # the stored items are all still there

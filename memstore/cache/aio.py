@@ -119,6 +119,10 @@ class AsyncRedisWindowCache:
     def client(self) -> aioredis.Redis:
         return self._client
 
+    def set_skip_listener(self, listener: Callable[[str], None] | None) -> None:
+        """See :meth:`memstore.cache.redis_window.RedisWindowCache.set_skip_listener`."""
+        self._health.on_skipped = listener
+
     async def _call(
         self, what: str, app_id: str, action: Callable[[], Awaitable[T]], *, dirty: bool
     ) -> T | None:

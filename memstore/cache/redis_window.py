@@ -101,6 +101,9 @@ class CacheHealth:
         self._lock = threading.Lock()
         self._dirty: set[str] = set()
         self._resting_until = 0.0
+        self.on_skipped: Callable[[str], None] | None = None
+        """Called with the app id whenever an update of its window is skipped (the store
+        stamps the app as stale in SQL); plain and quick, no I/O."""
 
     def resting(self, app_id: str, *, dirty: bool) -> bool:
         """True while the cache rests after a failure; a skipped write marks the app dirty."""
@@ -122,6 +125,9 @@ class CacheHealth:
     def mark_dirty(self, app_id: str) -> None:
         with self._lock:
             self._dirty.add(app_id)
+        listener = self.on_skipped
+        if listener is not None:
+            listener(app_id)
 
     def dirty_apps(self) -> list[str]:
         with self._lock:
@@ -159,6 +165,11 @@ class RedisWindowCache:
     @property
     def client(self) -> redis.Redis:
         return self._client
+
+    def set_skip_listener(self, listener: Callable[[str], None] | None) -> None:
+        """Call ``listener(app_id)`` whenever an update of the app's window (append,
+        invalidate, purge) is skipped because Redis failed or the cache rests."""
+        self._health.on_skipped = listener
 
     def _call(self, what: str, app_id: str, action: Callable[[], T], *, dirty: bool) -> T | None:
         if self._health.resting(app_id, dirty=dirty):

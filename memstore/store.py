@@ -598,7 +598,9 @@ class ChatMemory:
         whole units of the cached window that fit the budget, by the rules of
         :meth:`MemoryStore.load_window` (``oversize`` as there). An in-process window is
         served only while the app's generation in SQL is the one it was built at (one
-        primary-key lookup), so another process's write is never missed.
+        primary-key lookup), so another process's write is never missed. With Redis, the
+        windows of apps stamped stale by a writer that could not reach Redis are dropped first
+        (looked up at most every half of ``stale_window_max_seconds``).
         """
         budget, policy = self._store._token_budget(max_tokens, oversize)
         self._store._drop_stale_windows()

@@ -292,3 +292,26 @@ def raw_window_texts(app_id: str) -> list[str]:
     finally:
         client.close()
     return [m.text for m in decode_entries(raw)]  # type: ignore[misc]
+
+
+def test_the_bound_holds_when_the_writer_link_hangs(
+    engine: Engine, proxy: TcpProxy, app_id: str, request: pytest.FixtureRequest
+) -> None:
+    """The link forwards nothing (calls time out rather than fail at once): the stamp comes a
+    Redis timeout later, still within the bound."""
+    assert REDIS_URL is not None
+    writer = Writer(settings(engine, proxy.url(db_number()), WORKER_BASE + 10), "sync")
+    reader = Reader(settings(engine, REDIS_URL, WORKER_BASE + 11), "sync")
+    try:
+        writer.append(app_id, "m0")
+        assert reader.texts(app_id) == ["m0"]
+        proxy.freeze()
+        started = writer.append(app_id, "m1")  # waits out the 0.3 s timeout, then stamps
+        writer.kill()
+        seconds = staleness(reader, app_id, "m1", started, limit=BOUND + 10)
+        report(f"{request.node.callspec.id} link hangs", seconds)
+        assert seconds <= BOUND + MARGIN
+    finally:
+        proxy.restore()
+        writer.close()
+        reader.close()

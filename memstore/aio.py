@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -66,6 +67,7 @@ from memstore.core.plans import (
 )
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
+from memstore.core.staleness import marks_to_clear
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group
@@ -83,6 +85,7 @@ from memstore.reports import (
     ReloadReport,
 )
 from memstore.sql import leases as sql_leases
+from memstore.sql import staleness as sql_staleness
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
 from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
 from memstore.sql.engine import translated_errors
@@ -90,7 +93,7 @@ from memstore.sql.export import IMPORT_BATCH, import_report
 from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck
 from memstore.sql.schema import display, original
-from memstore.store_base import StoreBase, Summarizer
+from memstore.store_base import StoreBase, Summarizer, collecting_skips
 
 logger = logging.getLogger("memstore")
 
@@ -173,6 +176,8 @@ class AsyncMemoryStore(StoreBase):
             and not self._private_database(str(self.engine.url), self._owns_engine)
             else None
         )
+        self._stale_alock: asyncio.Lock | None = None
+        self._track_skips(self.cache)
 
     def _default_cache(self) -> AsyncWindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -291,6 +296,45 @@ class AsyncMemoryStore(StoreBase):
         except StorageError as error:
             logger.warning("memstore: worker lease release failed (%s)", error.kind)
 
+    async def _cache_update(self, update: Callable[[], Awaitable[T]]) -> T:
+        """See :meth:`memstore.MemoryStore._cache_update`."""
+        if not self._stale_tracking:
+            return await update()
+        with collecting_skips() as skipped:
+            result = await update()
+        if skipped:
+            try:
+                await sql_staleness.astamp(self.engine, skipped)
+            except StorageError as error:
+                self._stamp_failed(skipped, error)
+        return result
+
+    async def _drop_stale_windows(self) -> None:
+        """See :meth:`memstore.MemoryStore._drop_stale_windows`."""
+        if not self._stale_check_due():
+            return
+        if self._stale_alock is None:
+            self._stale_alock = asyncio.Lock()
+        async with self._stale_alock:
+            now = time.monotonic()
+            if not self._stale_polls.due(now):
+                return
+            self._stale_polls.started(now)
+            try:
+                marks = await sql_staleness.apending(self.engine)
+            except StorageError as error:
+                self._stale_poll_failed("reading", error)
+                return
+            if not marks:
+                return
+            with collecting_skips() as skipped:
+                for mark in marks:
+                    await self.cache.invalidate(mark.app_id)
+            try:
+                await sql_staleness.aclear(self.engine, marks_to_clear(marks, skipped))
+            except StorageError as error:
+                self._stale_poll_failed("clearing", error)
+
     async def append(
         self,
         app_id: str | int,
@@ -389,7 +433,7 @@ class AsyncMemoryStore(StoreBase):
             # display-only writes raise the generation too: keep a current window current
             await self._local.append(app_id, cache_entries, before=step.before, after=step.after)
         elif cache_entries:
-            await self.cache.append(app_id, cache_entries)
+            await self._cache_update(lambda: self.cache.append(app_id, cache_entries))
         return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
@@ -472,7 +516,7 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.purge`."""
         app = normalize_app_id(app_id)
         counts = await self._sql.purge(app)
-        return purge_report(app, counts, await self.cache.purge(app))
+        return purge_report(app, counts, await self._cache_update(lambda: self.cache.purge(app)))
 
     async def prune(
         self,
@@ -507,7 +551,7 @@ class AsyncMemoryStore(StoreBase):
             app_id, decision.plan, decision.display, decision.guard_cutoff
         )
         if decision.plan.drop:
-            await self.cache.invalidate(app_id)
+            await self._cache_update(lambda: self.cache.invalidate(app_id))
         return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
 
     async def export(
@@ -569,7 +613,7 @@ class AsyncMemoryStore(StoreBase):
         if not batch:
             return
         for app in await self._export.import_batch(batch, counts):
-            await self.cache.invalidate(app)
+            await self._cache_update(partial(self.cache.invalidate, app))
 
     async def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created."""
@@ -606,6 +650,7 @@ class AsyncChatMemory:
     ) -> list[Message]:
         """See :meth:`memstore.ChatMemory.messages`."""
         budget, policy = self._store._token_budget(max_tokens, oversize)
+        await self._store._drop_stale_windows()
         generation = await self._store._generation(self.app_id)
         cached = await self._store.cache.read(self.app_id)
         served = self._store._served(cached, generation)
@@ -643,7 +688,7 @@ class AsyncChatMemory:
 
     async def invalidate(self) -> None:
         """Drop the cached window; the next read rebuilds it from SQL."""
-        await self._store.cache.invalidate(self.app_id)
+        await self._store._cache_update(lambda: self._store.cache.invalidate(self.app_id))
 
 
 class AsyncTurnCollector(TurnInput):

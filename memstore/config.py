@@ -80,6 +80,11 @@ class Settings(BaseModel):
     """Make every window start at a user message (Anthropic and Gemini need it)."""
     redis_timeout_seconds: float = Field(default=0.5, gt=0, le=3600)
     """Socket timeout for Redis calls; past it the call counts as a cache failure."""
+    stale_window_max_seconds: float = Field(default=5, ge=0, le=3600)
+    """With a Redis cache: how long any instance may go on serving a window that missed a
+    committed write the writer could not apply to Redis (the writer stamps the app in SQL;
+    every instance looks for stamps every half of this before serving a window). ``0``
+    turns the stamps and the checks off (such a window then lives until its TTL)."""
     clock_backwards_max_wait_ms: int = Field(default=2000, ge=0, le=3_600_000)
     """How long the id generator waits out a clock that stepped back before failing."""
     guard_debug: bool = False

@@ -358,5 +358,5 @@ def import_session(
             conn.execute(original.insert(), rows)
         if shown:
             conn.execute(display.insert(), shown)
-    store.cache.invalidate(app)
+    store._cache_update(lambda: store.cache.invalidate(app))  # stamped if Redis skipped it
     return report

@@ -20,6 +20,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -60,6 +61,7 @@ from memstore.core.plans import (
 )
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
+from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
@@ -77,6 +79,7 @@ from memstore.reports import (
     ReloadReport,
 )
 from memstore.sql import leases as sql_leases
+from memstore.sql import staleness as sql_staleness
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
 from memstore.sql.export import (
@@ -87,7 +90,7 @@ from memstore.sql.export import (
 from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck, SqlHistory
 from memstore.sql.schema import display, original
-from memstore.store_base import StoreBase, Summarizer
+from memstore.store_base import StoreBase, Summarizer, collecting_skips
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -149,6 +152,8 @@ class MemoryStore(StoreBase):
             and not self._private_database(str(self.engine.url), self._owns_engine)
             else None
         )
+        self._stale_lock = threading.Lock()
+        self._track_skips(self.cache)
 
     def _default_cache(self) -> WindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -288,6 +293,48 @@ class MemoryStore(StoreBase):
         except StorageError as error:
             logger.warning("memstore: worker lease release failed (%s)", error.kind)
 
+    # -- stale windows across instances ------------------------------------------------------
+
+    def _cache_update(self, update: Callable[[], T]) -> T:
+        """Run a cache update that follows a committed change; when the cache skipped it
+        (Redis unreachable), stamp the app in SQL so that every instance drops its window
+        (see :mod:`memstore.core.staleness`). Never raises for the stamp."""
+        if not self._stale_tracking:
+            return update()
+        with collecting_skips() as skipped:
+            result = update()
+        if skipped:
+            try:
+                sql_staleness.stamp(self.engine, skipped)
+            except StorageError as error:
+                self._stamp_failed(skipped, error)
+        return result
+
+    def _drop_stale_windows(self) -> None:
+        """Before serving a cached window: when a poll is due, drop the windows of the apps
+        stamped stale and clear the stamps of the windows dropped."""
+        if not self._stale_check_due():
+            return
+        with self._stale_lock:
+            now = time.monotonic()
+            if not self._stale_polls.due(now):
+                return
+            self._stale_polls.started(now)
+            try:
+                marks = sql_staleness.pending(self.engine)
+            except StorageError as error:
+                self._stale_poll_failed("reading", error)
+                return
+            if not marks:
+                return
+            with collecting_skips() as skipped:
+                for mark in marks:
+                    self.cache.invalidate(mark.app_id)
+            try:
+                sql_staleness.clear(self.engine, marks_to_clear(marks, skipped))
+            except StorageError as error:
+                self._stale_poll_failed("clearing", error)
+
     # -- writes ------------------------------------------------------------------------------
 
     def append(
@@ -392,7 +439,7 @@ class MemoryStore(StoreBase):
             # display-only writes raise the generation too: keep a current window current
             self._local.append(app_id, cache_entries, before=step.before, after=step.after)
         elif cache_entries:
-            self.cache.append(app_id, cache_entries)
+            self._cache_update(lambda: self.cache.append(app_id, cache_entries))
         return ids
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
@@ -510,7 +557,7 @@ class MemoryStore(StoreBase):
         keys, in one transaction and one cache call. Exact match only."""
         app = normalize_app_id(app_id)
         counts = self._sql.purge(app)
-        return purge_report(app, counts, self.cache.purge(app))
+        return purge_report(app, counts, self._cache_update(lambda: self.cache.purge(app)))
 
     def prune(
         self,
@@ -551,7 +598,7 @@ class MemoryStore(StoreBase):
             app_id, decision.plan, decision.display, decision.guard_cutoff
         )
         if decision.plan.drop:
-            self.cache.invalidate(app_id)
+            self._cache_update(lambda: self.cache.invalidate(app_id))
         return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
 
     def export(
@@ -660,7 +707,7 @@ class MemoryStore(StoreBase):
         if not batch:
             return
         for app in self._export.import_batch(batch, counts):
-            self.cache.invalidate(app)
+            self._cache_update(partial(self.cache.invalidate, app))
 
     def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created (an
@@ -736,9 +783,12 @@ class ChatMemory:
         whole units of the cached window that fit the budget, by the rules of
         :meth:`MemoryStore.load_window` (``oversize`` as there). An in-process window is
         served only while the app's generation in SQL is the one it was built at (one
-        primary-key lookup), so another process's write is never missed.
+        primary-key lookup), so another process's write is never missed. With Redis, the
+        windows of apps stamped stale by a writer that could not reach Redis are dropped first
+        (looked up at most every half of ``stale_window_max_seconds``).
         """
         budget, policy = self._store._token_budget(max_tokens, oversize)
+        self._store._drop_stale_windows()
         generation = self._store._generation(self.app_id)
         cached = self._store.cache.read(self.app_id)
         served = self._store._served(cached, generation)
@@ -795,4 +845,4 @@ class ChatMemory:
 
     def invalidate(self) -> None:
         """Drop the cached window; the next read rebuilds it from SQL."""
-        self._store.cache.invalidate(self.app_id)
+        self._store._cache_update(lambda: self._store.cache.invalidate(self.app_id))

@@ -4,11 +4,13 @@ policy for snowflake id collisions."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +27,7 @@ from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int
 from memstore.core.leases import HeldLease, LeaseRow, id_floor
 from memstore.core.loader import WindowSteps, window_steps
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.staleness import PollSchedule
 from memstore.core.summary import SummaryRole, stored_summary, summary_role
 from memstore.core.tokens import (
     MAX_TOKENS_LIMIT,
@@ -64,6 +67,28 @@ StoreT = TypeVar("StoreT", bound="StoreBase")
 
 DEFAULT_WINDOW_MESSAGES = 50
 """``load_window``'s message bound when neither ``max_messages`` nor ``max_tokens`` is given."""
+
+_SKIPPED: ContextVar[list[str] | None] = ContextVar("memstore_skipped_windows", default=None)
+"""The apps whose window update was skipped during the current :func:`collecting_skips`
+(per thread and per asyncio task: the cache calls the listener in the caller's context)."""
+
+
+def note_skipped(app_id: str) -> None:
+    """The caches' skip listener: remember ``app_id`` for the enclosing collector, if any."""
+    skipped = _SKIPPED.get()
+    if skipped is not None:
+        skipped.append(app_id)
+
+
+@contextlib.contextmanager
+def collecting_skips() -> Iterator[list[str]]:
+    """Collect the apps whose window update was skipped by the cache calls made inside."""
+    skipped: list[str] = []
+    token = _SKIPPED.set(skipped)
+    try:
+        yield skipped
+    finally:
+        _SKIPPED.reset(token)
 
 
 class StoreBase:
@@ -105,6 +130,10 @@ class StoreBase:
         self._otel_enabled = False
         if self.settings.otel_metrics:
             self.enable_otel()
+        self._stale_polls = PollSchedule(self.settings.stale_window_max_seconds)
+        self._stale_tracking = False
+        """True when the cache reports skipped updates and the bound is on: writers stamp
+        apps whose window missed a change, readers drop stamped windows before serving."""
 
     def set_summarizer(self, summarize: Summarizer | None) -> None:
         """Register the summarizer automatic compaction uses (``compact_at_tokens``):
@@ -231,6 +260,36 @@ class StoreBase:
             "the window keeps its bounds",
             app_id,
             type(error).__name__ if not isinstance(error, MemstoreError) else error,
+        )
+
+    def _track_skips(self, cache: object) -> None:
+        """Have ``cache`` report skipped window updates (Redis caches do; an in-process cache
+        checks the app's generation on every read instead)."""
+        setter = getattr(cache, "set_skip_listener", None)
+        if self._stale_polls.enabled and setter is not None:
+            setter(note_skipped)
+            self._stale_tracking = True
+
+    def _stale_check_due(self) -> bool:
+        """True when a window read must first look for stale-window stamps."""
+        return self._stale_tracking and self._stale_polls.due(time.monotonic())
+
+    @staticmethod
+    def _stamp_failed(apps: Sequence[str], error: StorageError) -> None:
+        logger.warning(
+            "memstore: stamping %d stale window(s) in SQL failed (%s); other instances may "
+            "serve them until their TTL",
+            len(apps),
+            error.kind,
+        )
+
+    @staticmethod
+    def _stale_poll_failed(what: str, error: StorageError) -> None:
+        logger.warning(
+            "memstore: %s stale-window stamps failed (%s); serving cached windows unchecked "
+            "until the next poll",
+            what,
+            error.kind,
         )
 
     def metrics(self) -> dict[str, int]:

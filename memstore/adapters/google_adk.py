@@ -475,7 +475,7 @@ class MemstoreSessionService(BaseSessionService):
             generation.bump(conn, app_id)  # in-process windows of other processes see it
             for statement in purge_statements(app_id):
                 conn.execute(statement)
-        store.cache.purge(app_id)
+        store._cache_update(lambda: store.cache.purge(app_id))  # stamped if Redis skipped it
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state (keys without the ``user:`` prefix)."""
@@ -542,7 +542,7 @@ class MemstoreSessionService(BaseSessionService):
             if deltas["user"]:
                 _merge_state(conn, "user", deltas["user"], session.app_name, session.user_id)
             _, cache_entries = insert_messages(conn, store, app_id, batch, _user(session.user_id))
-        store.cache.append(app_id, cache_entries)
+        store._cache_update(lambda: store.cache.append(app_id, cache_entries))
         return str(row.revision + 1)
 
     async def _append_wrapped(self, session: Session, event: Event) -> Event:

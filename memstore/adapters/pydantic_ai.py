@@ -53,6 +53,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -665,10 +666,11 @@ class MemstoreConversationStore(ConversationStore):
             if new_entries:
                 depth = 0 if tip is None else tip.depth + 1
                 cache_entries = _append_entries(conn, store, app_id, new_entries, depth)
+        # through the store: an update Redis skipped stamps the app (bounded staleness)
         if moved:
-            store.cache.invalidate(app_id)
+            store._cache_update(lambda: store.cache.invalidate(app_id))
         elif cache_entries:
-            store.cache.append(app_id, cache_entries)
+            store._cache_update(lambda: store.cache.append(app_id, cache_entries))
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         """Delete the record, its entry locations, and the rows of its app and archives.
@@ -703,7 +705,7 @@ class MemstoreConversationStore(ConversationStore):
                 for statement in purge_statements(app_id):
                     conn.execute(statement)
         for app_id in sorted(apps):
-            store.cache.purge(app_id)
+            store._cache_update(partial(store.cache.purge, app_id))
 
     # -- entries ---------------------------------------------------------------------------------
 

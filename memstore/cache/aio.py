@@ -8,7 +8,7 @@ retry decisions; only the calls are awaited.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -188,6 +188,12 @@ class AsyncRedisWindowCache:
         except Exception:  # no slot map yet
             return "?"
         return "?" if node is None else str(node.name)
+
+    def set_skip_listener(self, listener: Callable[[str], None] | None) -> None:
+        """Call ``listener(app_id)`` whenever an update of the app's window (append,
+        invalidate, purge) is skipped because Redis failed or its route rests (the stores
+        stamp the app stale in SQL: see ``stale_window_max_seconds``)."""
+        self.state.set_dirty_listener(listener)
 
     async def _run(self, call: ScriptCall) -> Any:
         route = self._route_of(call.app_id)

@@ -214,6 +214,12 @@ class RedisWindowCache:
         if isinstance(client, RedisCluster):
             client.nodes_manager.initialize()
 
+    def set_skip_listener(self, listener: Callable[[str], None] | None) -> None:
+        """Call ``listener(app_id)`` whenever an update of the app's window (append,
+        invalidate, purge) is skipped because Redis failed or its route rests (the stores
+        stamp the app stale in SQL: see ``stale_window_max_seconds``)."""
+        self.state.set_dirty_listener(listener)
+
     def _run(self, call: ScriptCall) -> Any:
         route = self._route_of(call.app_id)
         step = self.state.begin(call, route, time.monotonic(), self._route_of)

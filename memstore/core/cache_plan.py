@@ -182,17 +182,25 @@ class CacheState:
         self._listeners: list[DirtyListener] = []
 
     def add_dirty_listener(self, listener: DirtyListener) -> None:
-        """Call ``listener(app_id)`` whenever an app becomes dirty (see :meth:`mark_dirty`)."""
+        """Call ``listener(app_id)`` for every skipped update of an app's window (see
+        :meth:`mark_dirty`): synchronously, in the caller's thread or task, before the cache
+        method returns (the stores stamp the app as stale in SQL from there)."""
         with self._lock:
             self._listeners.append(listener)
 
+    def set_dirty_listener(self, listener: DirtyListener | None) -> None:
+        """Replace every listener with ``listener`` (``None``: none)."""
+        with self._lock:
+            self._listeners = [] if listener is None else [listener]
+
     def mark_dirty(self, app_id: str) -> None:
         """The app's committed write did not reach its cached window: that window must not be
-        served, and is dropped on the next successful contact with its route."""
+        served, and is dropped on the next successful contact with its route. Listeners hear
+        every mark, not only the first of a dirty spell: each skipped update must be stamped,
+        since another instance may have applied (and cleared) an earlier stamp meanwhile."""
         with self._lock:
-            fresh = app_id not in self._dirty
             self._dirty[app_id] = self._dirty.get(app_id, 0) + 1
-            listeners = tuple(self._listeners) if fresh else ()
+            listeners = tuple(self._listeners)
         for listener in listeners:
             try:
                 listener(app_id)

@@ -214,6 +214,8 @@ app_generation = sa.Table(
     metadata,
     sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
     sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("stale_at_ms", sa.BigInteger, nullable=True),
+    sa.Index("ix_chat_app_generation_stale_at_ms", "stale_at_ms"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
@@ -223,7 +225,9 @@ the row for the transaction, so writers of one app take turns: each then reads t
 id and issues ids above it (``memstore.core.id_order``). An in-process window cache compares the
 counter with the generation its window was built at, so a write by another process is never
 missed. Never deleted (it holds no user data), so a counter never restarts and an old window can
-never match again."""
+never match again. ``stale_at_ms`` (the database's time, Unix milliseconds) is set when a
+committed change of the app could not reach its Redis window, and cleared by the first instance
+that dropped that window (:mod:`memstore.sql.staleness`); ``NULL`` otherwise."""
 
 WORKER_LEASES_TABLE = "worker_leases"
 MAX_HOLDER_CHARS = 255

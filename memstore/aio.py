@@ -70,7 +70,7 @@ from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, answer_open_group
+from memstore.core.window import Window, WindowEntry, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -90,6 +90,7 @@ from memstore.sql.aio import AsyncSqlHistory, make_async_engine
 from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
 from memstore.sql.engine import translated_errors
 from memstore.sql.export import IMPORT_BATCH, import_report
+from memstore.sql.generation import GenerationStep
 from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck
 from memstore.sql.schema import display, original
@@ -178,6 +179,7 @@ class AsyncMemoryStore(StoreBase):
         )
         self._stale_alock: asyncio.Lock | None = None
         self._track_skips(self.cache)
+        self._guarded = bool(getattr(self.cache, "guards_generations", False))
 
     def _default_cache(self) -> AsyncWindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -429,12 +431,27 @@ class AsyncMemoryStore(StoreBase):
                 self._id_collided(attempt, error)
             except WorkerLeaseLostError as error:  # lapsed inside the transaction: renew, retry
                 self._lease_lapsed(attempt, error)
-        if self._local is not None and step is not None:
-            # display-only writes raise the generation too: keep a current window current
-            await self._local.append(app_id, cache_entries, before=step.before, after=step.after)
-        elif cache_entries:
-            await self._cache_update(lambda: self.cache.append(app_id, cache_entries))
+        await self._cache_append(app_id, cache_entries, step)
         return ids
+
+    async def _cache_append(
+        self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None
+    ) -> None:
+        """See :meth:`memstore.MemoryStore._cache_append`."""
+        action = self._append_action(step is not None, bool(entries), self._local is not None)
+        if action == "local":
+            assert self._local is not None and step is not None
+            await self._local.append(app_id, entries, before=step.before, after=step.after)
+        elif action == "guarded":
+            assert step is not None
+            before, after = step.before, step.after
+            await self._cache_update(
+                lambda: self.cache.append(app_id, entries, before=before, after=after)
+            )
+        elif action == "invalidate":
+            await self._cache_update(lambda: self.cache.invalidate(app_id))
+        elif action == "plain":
+            await self._cache_update(lambda: self.cache.append(app_id, entries))
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
         """An :class:`AsyncTurnCollector` for one streamed turn; use it with ``async with``."""
@@ -499,6 +516,12 @@ class AsyncMemoryStore(StoreBase):
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation
+            )
+        elif self._guarded:
+            # read after the rows (see MemoryStore._rebuild)
+            reflected = await self._sql.generation(app_id) if entries else None
+            cached = await self.cache.store(
+                app_id, entries, window.synthetic_call_ids, version, reflected
             )
         else:
             cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)

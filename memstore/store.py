@@ -63,7 +63,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, answer_open_group
+from memstore.core.window import Window, WindowEntry, answer_open_group
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -87,6 +87,7 @@ from memstore.sql.export import (
     SqlExport,
     import_report,
 )
+from memstore.sql.generation import GenerationStep
 from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck, SqlHistory
 from memstore.sql.schema import display, original
@@ -154,6 +155,7 @@ class MemoryStore(StoreBase):
         )
         self._stale_lock = threading.Lock()
         self._track_skips(self.cache)
+        self._guarded = bool(getattr(self.cache, "guards_generations", False))
 
     def _default_cache(self) -> WindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -435,12 +437,28 @@ class MemoryStore(StoreBase):
                 self._id_collided(attempt, error)
             except WorkerLeaseLostError as error:  # lapsed inside the transaction: renew, retry
                 self._lease_lapsed(attempt, error)
-        if self._local is not None and step is not None:
-            # display-only writes raise the generation too: keep a current window current
-            self._local.append(app_id, cache_entries, before=step.before, after=step.after)
-        elif cache_entries:
-            self._cache_update(lambda: self.cache.append(app_id, cache_entries))
+        self._cache_append(app_id, cache_entries, step)
         return ids
+
+    def _cache_append(
+        self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None
+    ) -> None:
+        """Hand a committed write's window entries to the cache, with its generation step
+        (see :meth:`_append_action`; adapters writing in their own transaction call it too)."""
+        action = self._append_action(step is not None, bool(entries), self._local is not None)
+        if action == "local":
+            assert self._local is not None and step is not None
+            self._local.append(app_id, entries, before=step.before, after=step.after)
+        elif action == "guarded":
+            assert step is not None
+            before, after = step.before, step.after
+            self._cache_update(
+                lambda: self.cache.append(app_id, entries, before=before, after=after)
+            )
+        elif action == "invalidate":
+            self._cache_update(lambda: self.cache.invalidate(app_id))
+        elif action == "plain":
+            self._cache_update(lambda: self.cache.append(app_id, entries))
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
         """A :class:`~memstore.collector.TurnCollector` for one streamed agent turn of the app.
@@ -536,6 +554,13 @@ class MemoryStore(StoreBase):
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation
+            )
+        elif self._guarded:
+            # read after the rows: every write they hold is at or below it, so its late
+            # APPEND (continuing from a lower generation) drops the window, never repeats it
+            reflected = self._sql.generation(app_id) if entries else None
+            cached = self.cache.store(
+                app_id, entries, window.synthetic_call_ids, version, reflected
             )
         else:
             cached = self.cache.store(app_id, entries, window.synthetic_call_ids, version)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy.engine import make_url
 
@@ -51,6 +51,8 @@ from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
 from memstore.metrics import Metrics, otel_listener
 from memstore.reports import CompactionReport, HealthCheck, HealthReport
+
+AppendAction = Literal["local", "guarded", "invalidate", "plain", "none"]
 
 if TYPE_CHECKING:
     from memstore.sql.health import DatabaseProbe
@@ -132,6 +134,7 @@ class StoreBase:
             self.enable_otel()
         self._stale_polls = PollSchedule(self.settings.stale_window_max_seconds)
         self._stale_tracking = False
+        self._guarded = False  # the cache checks appends against SQL generations (Redis)
         """True when the cache reports skipped updates and the bound is on: writers stamp
         apps whose window missed a change, readers drop stamped windows before serving."""
 
@@ -315,6 +318,20 @@ class StoreBase:
         self._otel_enabled = True
 
     # -- counting (no I/O; sync and async call the same helpers) ------------------------------
+
+    def _append_action(self, stepped: bool, has_entries: bool, local: bool) -> AppendAction:
+        """How a committed write reaches the window cache. An in-process window checked
+        against SQL (``local``) and a generation-guarded cache (Redis: ``_guarded``) take every
+        write that has a generation step, display-only ones included (a current window stays
+        current); a guarded cache drops the window of a write without one. Other caches
+        append the entries, if any."""
+        if stepped and local:
+            return "local"
+        if self._guarded:
+            if stepped:
+                return "guarded"
+            return "invalidate" if has_entries else "none"
+        return "plain" if has_entries else "none"
 
     def _served(self, cached: CachedWindow, generation: int | None) -> list[Message] | None:
         """The cached window a read may serve (its open tool group answered), counted as a

@@ -48,11 +48,20 @@ class SyncCache:
     def read(self, app_id: str) -> CachedWindow:
         return self._run(self._cache.read(app_id))
 
-    def store(self, app_id: str, entries: Any, synthetic: Any, version: str) -> bool:
-        return self._run(self._cache.store(app_id, entries, synthetic, version))
+    def store(
+        self,
+        app_id: str,
+        entries: Any,
+        synthetic: Any,
+        version: str,
+        generation: int | None = None,
+    ) -> bool:
+        return self._run(self._cache.store(app_id, entries, synthetic, version, generation))
 
-    def append(self, app_id: str, entries: Any) -> None:
-        self._run(self._cache.append(app_id, entries))
+    def append(
+        self, app_id: str, entries: Any, *, before: int | None = None, after: int | None = None
+    ) -> None:
+        self._run(self._cache.append(app_id, entries, before=before, after=after))
 
     def invalidate(self, app_id: str) -> None:
         self._run(self._cache.invalidate(app_id))

@@ -69,6 +69,7 @@ from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
 from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
 from memstore.sql.engine import translated_errors
+from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
     in_app,
@@ -287,10 +288,11 @@ def _delete_own_display_row(
 
 def insert_messages(
     conn: Connection, store: MemoryStore, app_id: str, batch: Sequence[Message], user_id: str | None
-) -> tuple[list[int], list[Any]]:
+) -> tuple[list[int], list[Any], GenerationStep | None]:
     """Insert ``batch`` (both histories) in the caller's transaction, after
-    :func:`resolve_results`; return the row ids and the entries for the cached window (to
-    append once the transaction committed).
+    :func:`resolve_results`; return the row ids, the entries for the cached window and the
+    write's generation step (to hand to ``store._cache_append`` once the transaction
+    committed; ``None`` when nothing was written).
 
     Call ``store._ensure_lease()`` before opening the transaction: claiming or renewing a
     leased worker id needs its own connection, which would wait on this transaction's locks.
@@ -300,12 +302,12 @@ def insert_messages(
     resolved = resolve_results(batch, stored)
     plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
     if not plan.id_count:
-        return [], []
+        return [], [], None
     entries = store._counted(
         plan.cache_entries
     )  # before the insert: a failing counter writes nothing
-    ids, _ = insert_plan(conn, app_id, plan, store._issue_ids, store.cipher)
-    return ids, entries
+    ids, step = insert_plan(conn, app_id, plan, store._issue_ids, store.cipher)
+    return ids, entries, step
 
 
 # -- async keyset paging ---------------------------------------------------------------------------

@@ -541,8 +541,10 @@ class MemstoreSessionService(BaseSessionService):
                 _merge_state(conn, "app", deltas["app"], session.app_name)
             if deltas["user"]:
                 _merge_state(conn, "user", deltas["user"], session.app_name, session.user_id)
-            _, cache_entries = insert_messages(conn, store, app_id, batch, _user(session.user_id))
-        store._cache_update(lambda: store.cache.append(app_id, cache_entries))
+            _, cache_entries, step = insert_messages(
+                conn, store, app_id, batch, _user(session.user_id)
+            )
+        store._cache_append(app_id, cache_entries, step)
         return str(row.revision + 1)
 
     async def _append_wrapped(self, session: Session, event: Event) -> Event:

@@ -108,6 +108,7 @@ from memstore.messages import (
 )
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
+from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import newest_id_query, purge_statements, rows_to_messages
 from memstore.sql.schema import conversation_entries as entries_table
 from memstore.sql.schema import conversations as records_table
@@ -536,11 +537,12 @@ def _append_entries(
     app_id: str,
     new_entries: Sequence[ConversationEntry],
     depth: int,
-) -> list[Any]:
-    """Insert the rows (both histories) and locations of ``new_entries``; the cache entries."""
+) -> tuple[list[Any], GenerationStep | None]:
+    """Insert the rows (both histories) and locations of ``new_entries``; the cache entries
+    and the write's generation step."""
     per_entry = [entry_to_messages(entry) for entry in new_entries]
     batch: list[Message] = [message for rows in per_entry for message in rows]
-    row_ids, cache_entries = insert_messages(conn, store, app_id, batch, None)
+    row_ids, cache_entries, step = insert_messages(conn, store, app_id, batch, None)
     position = 0
     locations = []
     for offset, (entry, rows) in enumerate(zip(new_entries, per_entry, strict=True)):
@@ -559,7 +561,7 @@ def _append_entries(
             }
         )
     conn.execute(entries_table.insert(), locations)
-    return cache_entries
+    return cache_entries, step
 
 
 # -- the store -------------------------------------------------------------------------------------
@@ -655,6 +657,7 @@ class MemstoreConversationStore(ConversationStore):
         )
         base = new_entries[0].parent_id if new_entries else record.head_id
         cache_entries: list[Any] = []
+        step: GenerationStep | None = None
         store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
         with translated_errors("saving a conversation"), store.engine.begin() as conn:
             _swap_record(conn, record, expected_revision)
@@ -665,12 +668,12 @@ class MemstoreConversationStore(ConversationStore):
                 tip = _app_tip(conn, app_id)
             if new_entries:
                 depth = 0 if tip is None else tip.depth + 1
-                cache_entries = _append_entries(conn, store, app_id, new_entries, depth)
+                cache_entries, step = _append_entries(conn, store, app_id, new_entries, depth)
         # through the store: an update Redis skipped stamps the app (bounded staleness)
         if moved:
             store._cache_update(lambda: store.cache.invalidate(app_id))
-        elif cache_entries:
-            store._cache_update(lambda: store.cache.append(app_id, cache_entries))
+        else:
+            store._cache_append(app_id, cache_entries, step)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         """Delete the record, its entry locations, and the rows of its app and archives.

@@ -47,9 +47,17 @@ class AsyncWindowCache(Protocol):
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool: ...
 
-    async def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None: ...
+    async def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None: ...
 
     async def invalidate(self, app_id: str) -> None: ...
 
@@ -130,6 +138,10 @@ def make_async_client(
 
 class AsyncRedisWindowCache:
     """Windows in Redis through ``redis.asyncio`` (one server, a cluster or a Sentinel master)."""
+
+    guards_generations = True
+    """Stores pass each write's generation step to :meth:`append` and the generation a
+    rebuild read after its rows to :meth:`store` (see :mod:`memstore.cache.scripts`)."""
 
     def __init__(
         self,
@@ -228,14 +240,24 @@ class AsyncRedisWindowCache:
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool:
         call = cache_plan.store_call(
-            app_id, self._policy, expected_version, entries, synthetic_call_ids
+            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
         )
         return call is not None and cache_plan.store_outcome(await self._run(call))
 
-    async def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        await self._run(cache_plan.append_call(app_id, self._policy, entries))
+    async def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None:
+        """Append when the window is at generation ``before`` (then it is at ``after``); drop
+        it otherwise, and when the step is not given."""
+        await self._run(cache_plan.append_call(app_id, self._policy, entries, before, after))
 
     async def invalidate(self, app_id: str) -> None:
         await self._run(cache_plan.invalidate_call(app_id, self._policy))

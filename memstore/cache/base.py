@@ -66,12 +66,24 @@ class WindowCache(Protocol):
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool:
-        """Replace the window unless a write happened since ``expected_version`` was read."""
+        """Replace the window unless a write happened since ``expected_version`` was read;
+        ``generation``: the app's SQL generation the window reflects (caches that check
+        appends against it keep it)."""
         ...
 
-    def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        """Append and trim group-safe; do nothing when no window is cached."""
+    def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None:
+        """Append and trim group-safe; do nothing when no window is cached. ``before`` and
+        ``after``: the app's SQL generation just before and after the write; a cache that
+        keeps generations drops a window not at ``before`` instead of extending it."""
         ...
 
     def invalidate(self, app_id: str) -> None:

@@ -45,9 +45,21 @@ def origin_key(app_id: str) -> str:
     return _key(app_id, "origin")
 
 
-def app_keys(app_id: str) -> tuple[str, str, str, str]:
+def generation_key(app_id: str) -> str:
+    """The app's SQL generation the window reflects (an append extends the window only when
+    it continues from that generation)."""
+    return _key(app_id, "generation")
+
+
+def app_keys(app_id: str) -> tuple[str, str, str, str, str]:
     """All keys of one app, in the order the Lua scripts take them."""
-    return window_key(app_id), interrupted_key(app_id), version_key(app_id), origin_key(app_id)
+    return (
+        window_key(app_id),
+        interrupted_key(app_id),
+        version_key(app_id),
+        origin_key(app_id),
+        generation_key(app_id),
+    )
 
 
 WINDOW_PATTERN = f"{PREFIX}:{{*}}:window"

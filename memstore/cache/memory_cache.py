@@ -190,10 +190,18 @@ class NoWindowCache:
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool:
         return False
 
-    def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
+    def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None:
         return None
 
     def invalidate(self, app_id: str) -> None:

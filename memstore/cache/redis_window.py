@@ -119,6 +119,10 @@ def refuse_cluster_node(target: RedisTarget, timeout_seconds: float) -> None:
 class RedisWindowCache:
     """Windows in Redis, one list per app, changed only through the Lua scripts."""
 
+    guards_generations = True
+    """Stores pass each write's generation step to :meth:`append` and the generation a
+    rebuild read after its rows to :meth:`store` (see :mod:`memstore.cache.scripts`)."""
+
     def __init__(
         self,
         client: SyncClient | None,
@@ -254,14 +258,24 @@ class RedisWindowCache:
         entries: Sequence[WindowEntry],
         synthetic_call_ids: Sequence[str],
         expected_version: str,
+        generation: int | None = None,
     ) -> bool:
         call = cache_plan.store_call(
-            app_id, self._policy, expected_version, entries, synthetic_call_ids
+            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
         )
         return call is not None and cache_plan.store_outcome(self._run(call))
 
-    def append(self, app_id: str, entries: Sequence[WindowEntry]) -> None:
-        self._run(cache_plan.append_call(app_id, self._policy, entries))
+    def append(
+        self,
+        app_id: str,
+        entries: Sequence[WindowEntry],
+        *,
+        before: int | None = None,
+        after: int | None = None,
+    ) -> None:
+        """Append when the window is at generation ``before`` (then it is at ``after``); drop
+        it otherwise, and when the step is not given."""
+        self._run(cache_plan.append_call(app_id, self._policy, entries, before, after))
 
     def invalidate(self, app_id: str) -> None:
         self._run(cache_plan.invalidate_call(app_id, self._policy))

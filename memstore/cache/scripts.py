@@ -5,7 +5,13 @@ opened by a summary entry, kind ``M``, keeps it and trims the entries after it) 
 :func:`memstore.core.window.can_append_result` (a test runs both on random windows).
 Entries are ``<kind><ids>[<0x1d><tokens>]<0x1e><json>`` (see
 :func:`memstore.cache.base.encode_entry`).
-KEYS are always ``window, interrupted, version, origin`` of one app.
+KEYS are always ``window, interrupted, version, origin, generation`` of one app.
+
+The ``generation`` key holds the app's SQL generation (``chat_app_generation``) the window
+reflects: STORE sets it to the generation the rebuild read after its rows; APPEND gets the
+write's generation step (``before``, ``after``) and extends the window only when it is at
+``before`` (then moves it to ``after``); otherwise it drops the window, so appends that arrive
+out of commit order, or after a rebuild that already read their rows, never change a window.
 
 Every script learns the replication id of the master it runs on (``INFO replication``; ``''``
 where the server does not report one). A window is served and appended to only while its
@@ -32,7 +38,7 @@ redis.call('INCR', KEYS[3])
 redis.call('EXPIRE', KEYS[3], ttl)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if (redis.call('GET', KEYS[4]) or '') ~= origin() then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
   return -1
 end
 local function header(e)
@@ -56,10 +62,18 @@ local function requested(ids, id)
   return false
 end
 local function invalidate()
-  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[5])
   return -1
 end
-for i = 5, #ARGV do
+if (redis.call('GET', KEYS[5]) or '') ~= ARGV[5] then return invalidate() end
+redis.call('SET', KEYS[5], ARGV[6], 'EX', ttl)
+if #ARGV < 7 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
+  redis.call('EXPIRE', KEYS[4], ttl)
+  return 1
+end
+for i = 7, #ARGV do
   local e = ARGV[i]
   if string.sub(e, 1, 1) == 'T' then
     local id = header(e)
@@ -162,8 +176,9 @@ redis.call('EXPIRE', KEYS[4], ttl)
 return 1
 """
 )
-"""ARGV: ttl, max messages, start_at_user ('1'/'0'), max tokens (0: none), entries...
-Returns 1 appended,
+"""ARGV: ttl, max messages, start_at_user ('1'/'0'), max tokens (0: none), the write's
+generation before and after it, entries... (none: a display-only write, which only moves a
+window at ``before`` to ``after``). Returns 1 appended,
 0 no window cached (left missing on purpose), -1 window dropped for a rebuild."""
 
 STORE = (
@@ -173,11 +188,13 @@ local here = origin()
 local current = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
 if current ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[5])
 local ttl = tonumber(ARGV[2])
-local synthetic = tonumber(ARGV[3])
-for i = 4, 3 + synthetic do redis.call('SADD', KEYS[2], ARGV[i]) end
+if ARGV[3] ~= '' then redis.call('SET', KEYS[5], ARGV[3], 'EX', ttl) end
+local synthetic = tonumber(ARGV[4])
+for i = 5, 4 + synthetic do redis.call('SADD', KEYS[2], ARGV[i]) end
 if synthetic > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
-local first = 4 + synthetic
+local first = 5 + synthetic
 for i = first, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
@@ -186,7 +203,9 @@ redis.call('SET', KEYS[4], here, 'EX', ttl)
 return 1
 """
 )
-"""ARGV: expected version (as READ returned it), ttl, number of synthetic ids, those ids, entries...
+"""ARGV: expected version (as READ returned it), ttl, the app's SQL generation the window
+reflects (``''``: unknown, every later APPEND drops the window), number of synthetic ids,
+those ids, entries...
 Returns 1 stored, 0 refused because a write happened since the version was read."""
 
 READ = (
@@ -202,7 +221,7 @@ return {version, redis.call('LRANGE', KEYS[1], 0, -1)}
 another master is left for the rebuild to replace), else ``{version, entries}``."""
 
 INVALIDATE = r"""
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
 redis.call('INCR', KEYS[3])
 redis.call('EXPIRE', KEYS[3], tonumber(ARGV[1]))
 return 1
@@ -211,7 +230,7 @@ return 1
 
 PURGE = r"""
 local existed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('DEL', KEYS[4])
+redis.call('DEL', KEYS[4], KEYS[5])
 return existed
 """
 """Deletes every key of the app; returns how many of window, interrupted, version existed."""

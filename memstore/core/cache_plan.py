@@ -64,12 +64,25 @@ def read_call(app_id: str) -> ScriptCall:
     return ScriptCall("read", app_id, list(keys.app_keys(app_id)), [])
 
 
-def append_call(app_id: str, policy: WindowPolicy, entries: Sequence[WindowEntry]) -> ScriptCall:
+def append_call(
+    app_id: str,
+    policy: WindowPolicy,
+    entries: Sequence[WindowEntry],
+    before: int | None = None,
+    after: int | None = None,
+) -> ScriptCall:
+    """The APPEND run of a write that moved the app's SQL generation from ``before`` to
+    ``after``; without them (a writer that does not know its step) the INVALIDATE run instead:
+    a window that cannot be checked is dropped, never extended."""
+    if before is None or after is None:
+        return invalidate_call(app_id, policy)
     args: list[Any] = [
         policy.ttl_seconds,
         policy.max_messages,
         "1" if policy.start_at_user else "0",
         policy.max_tokens or 0,
+        before,
+        after,
         *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
     ]
     return ScriptCall("append", app_id, list(keys.app_keys(app_id)), args)
@@ -81,13 +94,17 @@ def store_call(
     expected_version: str,
     entries: Sequence[WindowEntry],
     synthetic_call_ids: Sequence[str],
+    generation: int | None = None,
 ) -> ScriptCall | None:
-    """The STORE run, or ``None`` when there is nothing to store (or the read had failed)."""
+    """The STORE run, or ``None`` when there is nothing to store (or the read had failed).
+    ``generation``: the app's SQL generation read *after* the window's rows (``None``: unknown,
+    so every later append drops the window)."""
     if expected_version == UNAVAILABLE or not entries:
         return None
     args: list[Any] = [
         expected_version,
         policy.ttl_seconds,
+        "" if generation is None else generation,
         len(synthetic_call_ids),
         *synthetic_call_ids,
         *(encode_entry(entry, app_id, policy.cipher) for entry in entries),

@@ -191,5 +191,5 @@ def test_adapter_writes_carry_token_counts(tmp_path: Path) -> None:
         store.migrate()
         store._ensure_lease()  # as the adapters do: never claim a lease inside a transaction
         with store.engine.begin() as conn:
-            _, entries = insert_messages(conn, store, "app-a", [UserMessage(text="hi")], None)
+            _, entries, _ = insert_messages(conn, store, "app-a", [UserMessage(text="hi")], None)
         assert [entry.tokens for entry in entries] == [10]

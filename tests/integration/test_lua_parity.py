@@ -161,6 +161,7 @@ def test_lua_scripts_and_in_process_cache_agree(
     in_process = InProcessWindowCache(policy)
 
     ids = CallIds()
+    generation = 0  # the app's SQL generation: every write moves it on by one
     pending: list[Message] = []  # the rest of the last chunk, appended over the next steps
     for step in range(data.draw(st.integers(1, 30), label="steps")):
         cached = in_process.read(app_id).messages is not None
@@ -172,8 +173,9 @@ def test_lua_scripts_and_in_process_cache_agree(
                 pending += data.draw(chunks(ids), label=f"{step}: next chunk")
             batch, pending = pending[:count], pending[count:]
             entries = [counted(message) for message in batch]
-            in_redis.append(app_id, entries)
-            in_process.append(app_id, entries)
+            in_redis.append(app_id, entries, before=generation, after=generation + 1)
+            in_process.append(app_id, entries, before=generation, after=generation + 1)
+            generation += 1
         elif operation in ("late_result", "reused_id"):
             # A result, or a new request, for a call id the window holds (answered, answered by
             # a synthetic interrupted result, or still open), or for any other id.
@@ -196,8 +198,9 @@ def test_lua_scripts_and_in_process_cache_agree(
                     tool_requests=[ToolRequest(id=i, name="read", arguments="{}") for i in calls],
                 )
             entries = [counted(message)]
-            in_redis.append(app_id, entries)
-            in_process.append(app_id, entries)
+            in_redis.append(app_id, entries, before=generation, after=generation + 1)
+            in_process.append(app_id, entries, before=generation, after=generation + 1)
+            generation += 1
         elif operation == "store":
             # The rebuild flow of MemoryStore: on a hit, drop the window first (as reload()
             # does); read the version on the miss, build the window from rows, store it guarded
@@ -227,12 +230,15 @@ def test_lua_scripts_and_in_process_cache_agree(
             raced = data.draw(st.integers(0, 3), label=f"{step}: a write races it") == 0
             if raced:
                 racing = [counted(m) for m in data.draw(chunks(ids), label=f"{step}: write")]
-                in_redis.append(app_id, racing)
-                in_process.append(app_id, racing)
+                in_redis.append(app_id, racing, before=generation, after=generation + 1)
+                in_process.append(app_id, racing, before=generation, after=generation + 1)
+                generation += 1
             entries = [counted(message) for message in window.messages]
-            stored = in_redis.store(app_id, entries, window.synthetic_call_ids, redis_read.version)
+            stored = in_redis.store(
+                app_id, entries, window.synthetic_call_ids, redis_read.version, generation
+            )
             assert stored == in_process.store(
-                app_id, entries, window.synthetic_call_ids, process_read.version
+                app_id, entries, window.synthetic_call_ids, process_read.version, generation
             )
             assert stored == (bool(window.messages) and not raced)
             # What follows builds on the window just stored: often the late results of calls it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fakeredis
 import pytest
 import redis
 from hypothesis import given
@@ -10,9 +11,12 @@ from redis.crc import key_slot
 
 from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
+from memstore.cache.redis_window import RedisWindowCache
 from memstore.core import cache_plan
 from memstore.core.cache_plan import CacheState
 from memstore.core.redis_url import parse_redis_url
+from memstore.core.window import entry_for
+from memstore.messages import UserMessage
 from memstore.metrics import Metrics
 
 POLICY = WindowPolicy(max_messages=10, ttl_seconds=60)
@@ -94,9 +98,9 @@ def test_a_skipped_write_marks_its_app_dirty_and_is_replayed_on_its_route() -> N
     seen: list[str] = []
     state = CacheState(1.0)
     state.add_dirty_listener(seen.append)
-    append = cache_plan.append_call("a/1", POLICY, [])
+    append = cache_plan.append_call("a/1", POLICY, [], 0, 1)
     state.failed(append, "a", redis.ConnectionError("down"), 0.0, cluster=False)
-    state.begin(cache_plan.append_call("a/1", POLICY, []), "a", 0.1, route_of)  # resting
+    state.begin(cache_plan.append_call("a/1", POLICY, [], 1, 2), "a", 0.1, route_of)  # resting
     state.begin(cache_plan.invalidate_call("a/2", POLICY), "a", 0.2, route_of)  # resting
     assert seen == ["a/1", "a/1", "a/2"] and state.dirty_apps() == ["a/1", "a/2"]
     other = state.begin(cache_plan.read_call("b/9"), "b", 0.3, route_of)
@@ -119,3 +123,33 @@ def test_a_read_is_never_dirtying_and_a_failed_read_has_no_version() -> None:
     assert cache_plan.store_call("a", POLICY, cache_plan.UNAVAILABLE, [], []) is None
     hint = cache_plan.failure_hint(redis.ResponseError("MOVED 1 x:1"), cluster=False)
     assert "redis+cluster://" in hint
+
+
+def test_an_append_carries_its_generation_step_or_drops_the_window() -> None:
+    guarded = cache_plan.append_call("a", POLICY, [], 4, 5)
+    assert guarded.script == "append" and guarded.args[4:6] == [4, 5]
+    assert guarded.dirties
+    unguarded = cache_plan.append_call("a", POLICY, [])  # a writer without its step
+    assert unguarded == cache_plan.invalidate_call("a", POLICY)
+    stored = cache_plan.store_call("a", POLICY, "r/1", [entry_for(UserMessage(text="x"))], [], 7)
+    assert stored is not None and stored.args[2] == 7
+    unknown = cache_plan.store_call("a", POLICY, "r/1", [entry_for(UserMessage(text="x"))], [])
+    assert unknown is not None and unknown.args[2] == ""
+
+
+def test_the_redis_window_follows_the_generation_steps() -> None:
+    """On fakeredis: appends apply only at their ``before``; others drop the window."""
+    cache = RedisWindowCache(fakeredis.FakeRedis(), POLICY)
+    one, two = entry_for(UserMessage(text="one")), entry_for(UserMessage(text="two"))
+    assert cache.store("g", [one], [], cache.read("g").version, 3)
+    cache.append("g", [], before=3, after=4)  # display-only: the window stays current
+    cache.append("g", [two], before=4, after=5)
+    assert cache.read("g").messages == [one.message, two.message]
+    cache.append("g", [two], before=4, after=5)  # a late repeat: dropped, never doubled
+    assert cache.read("g").messages is None
+    assert cache.store("g", [one], [], cache.read("g").version, 5)
+    cache.append("g", [two], before=6, after=7)  # an earlier write's append is still due
+    assert cache.read("g").messages is None
+    assert cache.store("g", [one], [], cache.read("g").version)  # generation unknown
+    cache.append("g", [two], before=0, after=1)
+    assert cache.read("g").messages is None

@@ -5,6 +5,8 @@ unencrypted store switched on still reads its rows until ``rekey`` seals them.""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -121,14 +123,28 @@ def test_rows_files_and_cache_hold_no_plaintext(make_store: StoreFactory, app_id
             for word in words.values():
                 assert word.encode() not in entry
     if make_store.db == "sqlite":
-        path = Path(str(make_store.engine.url.database))
-        raw = b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+        raw = _database_file_bytes(Path(str(make_store.engine.url.database)))
         assert app_id.encode() in raw  # the right file: app ids stay visible
         for word in words.values():
             assert word.encode() not in raw
     exported = list(store.export([app_id]))
     assert any(words["guardresult"] == r.get("result") for r in exported)
     assert any(words["question"] == r.get("text") for r in exported)
+
+
+def _database_file_bytes(path: Path) -> bytes:
+    """The raw bytes of a SQLite database and its -wal/-shm files, read by another process.
+
+    Not in this one: closing any descriptor of a file drops every POSIX lock the process holds
+    on it, including the locks of this process's open SQLite connections, and later
+    multi-process tests on the same file then corrupt it."""
+    reader = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+        "sys.stdout.buffer.write(b''.join(f.read_bytes() for f in p.parent.glob(p.name + '*')))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", reader, str(path)], check=True, capture_output=True
+    ).stdout
 
 
 def test_encrypt_cache_off_keeps_sql_sealed(make_store: StoreFactory, app_id: str) -> None:

@@ -9,7 +9,9 @@ write raises it. This times, on each database, in alternating rounds:
 * the checked hit, ``store.memory(app).messages()``;
 * a rebuild from SQL (``load_window``), what refusing to cache would cost every read;
 * an append of one message (which raises the generation) and the raise alone in its own
-  transaction.
+  transaction;
+* one metrics increment (``Metrics.incr``), which every read pays: it must stay a small share
+  of the checked hit.
 
     python -m benchmarks.local_cache [--quick] [--databases sqlite,postgres]
 """
@@ -38,17 +40,20 @@ from benchmarks.dataset import TextSource, TurnMaker
 from memstore import MemoryStore, Settings, UserMessage
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.core.window import answer_open_group
+from memstore.metrics import Metrics
 from memstore.sql import generation
 
 WINDOW_SIZE = 60
 REBUILD_SHARE_TARGET = 0.5
 """A checked hit must cost at most this share of a rebuild from SQL (else: do not cache)."""
+METRICS_SHARE_TARGET = 0.1
+"""One counter increment must cost at most this share of a checked hit."""
 
 
 def measure(
     url: str, seed: int, rounds: int, warmup: int
-) -> tuple[Sample, Sample, Sample, Sample, Sample]:
-    """Time the five calls (see the module docstring) on one migrated database."""
+) -> tuple[Sample, Sample, Sample, Sample, Sample, Sample]:
+    """Time the six calls (see the module docstring) on one migrated database."""
     settings = Settings(database_url=url, window_size=WINDOW_SIZE, reload_max=WINDOW_SIZE)
     with MemoryStore(settings) as store:
         cache = store.cache
@@ -60,6 +65,8 @@ def measure(
             store.append(app_id, maker.turn(rng))
         writes = f"bench-local-w-{uuid.uuid4().hex[:10]}"
 
+        metrics = Metrics()
+
         def bump() -> None:
             with store.engine.begin() as conn:
                 generation.bump(conn, writes)
@@ -70,9 +77,10 @@ def measure(
             lambda: store.load_window(app_id, WINDOW_SIZE),
             lambda: store.append(writes, [UserMessage(text="hello")]),
             bump,
+            lambda: metrics.incr("cache_hits"),
         ]
-        a, b, c, d, e = time_interleaved(calls, warmup=warmup, rounds=rounds)
-        return a, b, c, d, e
+        a, b, c, d, e, f = time_interleaved(calls, warmup=warmup, rounds=rounds)
+        return a, b, c, d, e, f
 
 
 def run(options: Options, log: Callable[[str], None] = print) -> Report:
@@ -82,7 +90,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
     for database in options.databases:
         log(f"local_cache: {database}, {rounds:,} alternating rounds ...")
         with scratch_database(database, options, "local") as url:
-            unchecked, checked, rebuild, append, raise_only = measure(
+            unchecked, checked, rebuild, append, raise_only, count = measure(
                 url, options.seed, rounds, warmup
             )
         base = unchecked.median
@@ -96,12 +104,23 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
                 share <= REBUILD_SHARE_TARGET,
             )
         )
+        count_share = count.median / checked.median
+        report.checks.append(
+            Check(
+                database,
+                "metrics increment / checked hit",
+                f"<= {METRICS_SHARE_TARGET:.1f}",
+                f"{count_share:.3f}",
+                count_share <= METRICS_SHARE_TARGET,
+            )
+        )
         for text, sample in (
             ("unchecked hit (before; baseline)", unchecked),
             ("checked hit `memory(app).messages()`", checked),
             ("rebuild from SQL `load_window(app, 60)`", rebuild),
             ("append 1 message (raises the generation)", append),
             ("generation raise alone (own transaction)", raise_only),
+            ("one metrics increment `Metrics.incr`", count),
         ):
             rows.append(
                 [database, text, us(sample.median), us(sample.p95), ratio(sample.median / base)]

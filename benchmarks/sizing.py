@@ -157,9 +157,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
                     [f"{rows:,}", heap, indexes, label, ms(sample.median), ms(sample.p95)]
                 )
     report.blocks.append(
-        markdown_table(
-            ["rows", "table", "indexes", "active apps", "median ms", "p95 ms"], rows_out
-        )
+        markdown_table(["rows", "table", "indexes", "active apps", "median ms", "p95 ms"], rows_out)
     )
     sizes = sorted({rows for rows, _ in medians})
     small, large = sizes[0], sizes[-1]

@@ -8,6 +8,7 @@ get a database of their own, and the failure/restart tests a Redis server of the
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -73,11 +74,45 @@ def scratch_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iter
 # -- a private redis-server ----------------------------------------------------------------------
 
 
+def _ephemeral_start() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORT_LOW = 20000
+_PORT_HIGH = max(_PORT_LOW + 2000, min(_ephemeral_start(), 32768))
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A loopback port nothing listens on, below the kernel's ephemeral range.
+
+    A port the kernel hands out (``bind(0)``) lies in the ephemeral range, where any outgoing
+    connection of this machine may take it between this check and the server's ``bind``; ports
+    below that range are only ever taken by listeners. Each port is handed out once per
+    process, so two servers of one test never race for the same one.
+    """
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(_PORT_LOW, _PORT_HIGH)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
+
+
+def address_in_use(log_text: str) -> bool:
+    """Whether a redis-server log says it could not bind its port."""
+    return "Address already in use" in log_text
 
 
 class RedisServer:
@@ -96,8 +131,9 @@ class RedisServer:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self._started_once = False
 
-    def start(self) -> None:
+    def start(self, attempt: int = 0) -> None:
         assert self.process is None, "already running"
         log = (self.workdir / "redis.log").open("ab")
         try:
@@ -117,10 +153,17 @@ class RedisServer:
             if self.process.poll() is not None:
                 log_text = (self.workdir / "redis.log").read_text(errors="replace")
                 self.process = None
+                if address_in_use(log_text) and not self._started_once and attempt < 3:
+                    # another process took the port after free_port(): pick another
+                    (self.workdir / "redis.log").unlink()
+                    self.port = free_port()
+                    self.url = f"redis://127.0.0.1:{self.port}/0"
+                    return self.start(attempt + 1)
                 pytest.fail(f"redis-server exited at start:\n{log_text[-2000:]}")
             try:
                 with self.client() as client:
                     client.ping()
+                self._started_once = True
                 return
             except redis.ConnectionError:
                 if time.monotonic() > deadline:

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.conftest import REDIS_URL
-from tests.integration.conftest import REDIS_SERVER, free_port
+from tests.integration.conftest import REDIS_SERVER, address_in_use, free_port
 
 REDIS_CLI = shutil.which("redis-cli", path=str(Path(REDIS_SERVER).parent)) if REDIS_SERVER else None
 REDIS_CLI = REDIS_CLI or shutil.which("redis-cli")
@@ -46,18 +46,60 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+class PortTaken(Exception):
+    """A ``redis-server`` could not bind its port: someone took it after ``free_port()``."""
+
+
 class Node:
     """One ``redis-server`` process (a cluster node, a replica, or a sentinel)."""
 
-    def __init__(self, workdir: Path, port: int, args: list[str], *, sentinel: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        port: int,
+        args: list[str],
+        *,
+        sentinel: bool = False,
+        cluster_timeout_ms: int | None = None,
+    ):
         self.workdir = workdir
         self.port = port
         self.args = args
         self.sentinel = sentinel
+        self.cluster_timeout_ms = cluster_timeout_ms
+        # the cluster bus port is chosen like the client port (Redis would take port + 10000,
+        # which may lie in the ephemeral range where any outgoing connection can hold it)
+        self.bus_port = free_port() if cluster_timeout_ms is not None else None
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.started_once = False
+
+    def _cluster_args(self) -> list[str]:
+        if self.cluster_timeout_ms is None:
+            return []
+        return [
+            *("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf"),
+            *("--cluster-port", str(self.bus_port)),
+            *("--cluster-node-timeout", str(self.cluster_timeout_ms)),
+            *("--cluster-replica-validity-factor", "0"),
+            *("--cluster-require-full-coverage", "no"),
+        ]
 
     def start(self) -> None:
+        for attempt in range(4):
+            try:
+                self._start_once()
+                self.started_once = True
+                return
+            except PortTaken:
+                # another process bound the port after free_port(); a first start may move
+                if self.started_once or attempt == 3:
+                    raise
+                self.port = free_port()
+                if self.bus_port is not None:
+                    self.bus_port = free_port()
+
+    def _start_once(self) -> None:
         server, _ = require_redis_binaries()
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = (self.workdir / "redis.log").open("ab")
@@ -72,7 +114,7 @@ class Node:
             command += ["--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"]
         try:
             self.process = subprocess.Popen(
-                command + self.args, stdout=log, stderr=subprocess.STDOUT
+                command + self._cluster_args() + self.args, stdout=log, stderr=subprocess.STDOUT
             )
         finally:
             log.close()
@@ -81,7 +123,12 @@ class Node:
     def _answers(self) -> bool:
         assert self.process is not None
         if self.process.poll() is not None:
-            text = (self.workdir / "redis.log").read_text(errors="replace")
+            self.process = None
+            log = self.workdir / "redis.log"
+            text = log.read_text(errors="replace")
+            if address_in_use(text):
+                log.unlink()
+                raise PortTaken(self.port)
             pytest.fail(f"redis-server exited at start:\n{text[-2000:]}")
         with self.client() as client:
             return bool(client.ping())
@@ -123,27 +170,9 @@ class Cluster:
 
     def __init__(self, workdir: Path) -> None:
         self.nodes = [
-            Node(
-                workdir / f"n{i}",
-                port,
-                [
-                    *("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"),
-                    *("--cluster-node-timeout", str(self.NODE_TIMEOUT_MS)),
-                    *("--cluster-replica-validity-factor", "0"),
-                    *("--cluster-require-full-coverage", "no"),
-                ],
-            )
-            for i, port in enumerate(self._ports(6))
+            Node(workdir / f"n{i}", free_port(), [], cluster_timeout_ms=self.NODE_TIMEOUT_MS)
+            for i in range(6)
         ]
-
-    @staticmethod
-    def _ports(count: int) -> list[int]:
-        ports: list[int] = []
-        while len(ports) < count:  # the cluster bus uses port + 10000: keep both free
-            port = free_port()
-            if port < 55000 and port not in ports:
-                ports.append(port)
-        return ports
 
     @property
     def url(self) -> str:
@@ -216,7 +245,6 @@ class SentinelSetup:
     def __init__(self, workdir: Path) -> None:
         self.master = Node(workdir / "master", free_port(), [])
         self.replica = Node(workdir / "replica", free_port(), [])
-        self.replica.args = ["--replicaof", "127.0.0.1", str(self.master.port)]
         self.sentinels = [
             Node(workdir / f"sentinel{i}", free_port(), [], sentinel=True) for i in range(3)
         ]
@@ -228,6 +256,7 @@ class SentinelSetup:
 
     def start(self) -> None:
         self.master.start()
+        self.replica.args = ["--replicaof", "127.0.0.1", str(self.master.port)]
         self.replica.start()
         self.wait_replica_synced(self.master, self.replica)
         for sentinel in self.sentinels:

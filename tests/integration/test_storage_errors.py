@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import subprocess
 import sys
 import traceback
@@ -38,6 +37,7 @@ from memstore.sql.aio import AsyncSqlHistory
 from memstore.sql.engine import make_engine, translated_errors
 from memstore.sql.repository import SqlHistory
 from tests.conftest import MYSQL_URL, POSTGRES_URL, SESSION_WORKER_ID, migrated_engine
+from tests.integration.conftest import free_port
 
 SECRET = "SECRET-7f3a9 the relation does not exist"
 SECRET_USER = "secret-user-7f3a9"
@@ -130,12 +130,6 @@ def test_a_write_failure_whose_parameters_say_does_not_exist_is_no_schema_error(
     finally:
         store.close()
         engine.dispose()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def variant(url: str | None, name: str, **parts: Any) -> str:

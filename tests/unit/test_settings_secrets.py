@@ -17,7 +17,10 @@ PASSWORD = "hunter2-PW"
 @pytest.mark.parametrize(
     ("url", "redacted"),
     [
-        ("postgresql+psycopg://app:hunter2-PW@db:5432/chat", "postgresql+psycopg://app:***@db:5432/chat"),
+        (
+            "postgresql+psycopg://app:hunter2-PW@db:5432/chat",
+            "postgresql+psycopg://app:***@db:5432/chat",
+        ),
         ("redis://:hunter2-PW@cache:6379/0", "redis://:***@cache:6379/0"),
         ("rediss://user:hunter2-PW@cache/0", "rediss://user:***@cache/0"),
         ("mysql+pymysql://root@db/test", "mysql+pymysql://root@db/test"),

@@ -21,6 +21,7 @@ PostgreSQL is a fresh schema in ``--postgres-url`` (dropped afterwards). Full si
 >= 1M rows; ``--quick`` runs in under a minute; ``--tiny`` is for the smoke test.
 
     python -m benchmarks.compare [--quick|--tiny] [--databases sqlite,postgres]
+                                 [--measures cold,append,concurrent,hot,rebuild,storm]
 """
 
 from __future__ import annotations
@@ -384,7 +385,16 @@ class Runner:
         return self.loop.run_until_complete(awaitable)
 
 
-def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None = None) -> Report:
+MEASURES = ("cold", "append", "concurrent", "hot", "rebuild", "storm")
+
+
+def run(
+    options: Options,
+    log: Callable[[str], None] = print,
+    plan: Plan | None = None,
+    measures: Sequence[str] = MEASURES,
+) -> Report:
+    """Seed every system, then time the chosen ``measures`` (default: all of them)."""
     plan = plan or (QUICK if options.quick else FULL)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     run_id = uuid.uuid4().hex[:8]
@@ -484,7 +494,7 @@ def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None 
             f"{', '.join(f'{s:,}' for s in plan.sizes)}; turns interleaved by id)."
         )
 
-        for name in urls:
+        for name in urls if "cold" in measures else ():
             cold_reads(
                 name,
                 plan,
@@ -500,25 +510,30 @@ def run(options: Options, log: Callable[[str], None] = print, plan: Plan | None 
                 log,
             )
         for name in urls:
-            appends(
-                name,
-                plan,
-                stores[name],
-                astores[name],
-                urls[name],
-                redis_url,
-                agents_engines.get(name),
-                tmp,
-                runner,
-                res,
-                log,
-            )
-            concurrent(name, plan, urls[name], tmp, res, log)
+            if "append" in measures:
+                appends(
+                    name,
+                    plan,
+                    stores[name],
+                    astores[name],
+                    urls[name],
+                    redis_url,
+                    agents_engines.get(name),
+                    tmp,
+                    runner,
+                    res,
+                    log,
+                )
+            if "concurrent" in measures:
+                concurrent(name, plan, urls[name], tmp, res, log)
         if redis_url is not None:
             main_db = "postgres" if "postgres" in urls else next(iter(urls))
-            hot(plan, targets, urls[main_db], redis_url, runner, res, log)
-            rebuilds(main_db, plan, fillers, urls[main_db], redis_url, res, log)
-            storm(plan, fillers, urls[main_db], redis_url, res, log)
+            if "hot" in measures:
+                hot(plan, targets, urls[main_db], redis_url, runner, res, log)
+            if "rebuild" in measures:
+                rebuilds(main_db, plan, fillers, urls[main_db], redis_url, res, log)
+            if "storm" in measures:
+                storm(plan, fillers, urls[main_db], redis_url, res, log)
         else:
             res.notes.append("redis-server not installed: hot read, rebuild and storm skipped.")
 
@@ -1144,11 +1159,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     add_arguments(parser)
     parser.add_argument("--tiny", action="store_true", help="seconds-long smoke run")
+    parser.add_argument(
+        "--measures",
+        default=",".join(MEASURES),
+        help=f"comma-separated subset of: {','.join(MEASURES)} (default: all)",
+    )
     args = parser.parse_args(argv)
     options = options_from(args)
+    measures = [name.strip() for name in args.measures.split(",") if name.strip()]
+    unknown = sorted(set(measures) - set(MEASURES))
+    if unknown or not measures:
+        parser.error(f"--measures: unknown {unknown}; choose from {','.join(MEASURES)}")
     plan = TINY if args.tiny else (QUICK if options.quick else FULL)
     started = time.perf_counter()
-    report = run(options, log=lambda line: print(line, file=sys.stderr, flush=True), plan=plan)
+    report = run(
+        options,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        plan=plan,
+        measures=measures,
+    )
     print(
         f"## compare ({'tiny' if args.tiny else 'quick' if options.quick else 'full'} run, "
         f"{time.perf_counter() - started:.0f} s)\n"

@@ -16,6 +16,14 @@ What has been stored is kept in the graph state (the private key ``memstore_stor
 of the state's messages that are stored, or are synthetic), never on the middleware, which
 concurrent runs share. A write that committed but whose step crashed before the graph recorded
 it is caught by the id check of :func:`~memstore.adapters._lc_pending.write_pending`.
+
+That check reads the app's newest rows, and is needed only once per graph invocation (one
+``invoke``/``stream`` call, a fresh run or a resume): a hook that wrote and then died ends the
+invocation, so within one invocation every hook sees the writes of the hooks before it. The
+first write of an invocation checks and sets the private key ``memstore_checked``, an
+``UntrackedValue`` (never checkpointed, so every invocation starts without it); the later writes
+of the invocation skip the read. Messages pending then were all produced by this invocation
+after a check, so no earlier attempt can have stored them.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ try:
     )
     from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
     from langchain_core.runnables import RunnableConfig
+    from langgraph.channels.untracked_value import UntrackedValue
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
@@ -53,14 +62,25 @@ from memstore.store import MemoryStore
 
 STORED_KEY = "memstore_stored"
 """The private state key listing the ids of the state's messages that need no storing."""
+CHECKED_KEY = "memstore_checked"
+"""The private, never checkpointed state key set once a write of this graph invocation has
+checked the app's newest rows for messages an earlier attempt stored."""
 
-__all__ = ["STORED_KEY", "MemstoreMiddleware", "MemstoreState", "RunKeys", "thread_keys"]
+__all__ = [
+    "CHECKED_KEY",
+    "STORED_KEY",
+    "MemstoreMiddleware",
+    "MemstoreState",
+    "RunKeys",
+    "thread_keys",
+]
 
 
 class MemstoreState(AgentState[Any]):
     """The agent state plus the middleware's private bookkeeping."""
 
     memstore_stored: NotRequired[Annotated[list[str], PrivateStateAttr]]
+    memstore_checked: NotRequired[Annotated[bool, UntrackedValue, PrivateStateAttr]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,14 +201,24 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         return pending(state["messages"], set(state.get("memstore_stored") or ()))
 
     @staticmethod
+    def _recheck(state: MemstoreState) -> bool:
+        """Whether a write must look for messages an earlier attempt stored (see the module
+        docstring): yes, unless a write of this invocation already did."""
+        return not state.get(CHECKED_KEY, False)
+
+    @staticmethod
     def _all_stored(state: MemstoreState) -> dict[str, Any]:
-        return {STORED_KEY: [m.id for m in state["messages"] if m.id is not None]}
+        return {
+            STORED_KEY: [m.id for m in state["messages"] if m.id is not None],
+            CHECKED_KEY: True,
+        }
 
     @staticmethod
     def _rewritten(window: list[BaseMessage]) -> dict[str, Any]:
         return {
             "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *window],
             STORED_KEY: [m.id for m in window],
+            CHECKED_KEY: True,
         }
 
     # -- sync hooks ------------------------------------------------------------------------------
@@ -199,14 +229,14 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         if not batch:
             return None
         app_id, user_id = self._run_keys(runtime)
-        write_pending(access, app_id, user_id, batch)
+        write_pending(access, app_id, user_id, batch, recheck=self._recheck(state))
         return self._all_stored(state)
 
     def before_agent(self, state: MemstoreState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Store the run's input, then make the window the state's messages."""
         access = self._sync_access()
         app_id, user_id = self._run_keys(runtime)
-        write_pending(access, app_id, user_id, self._batch(state))
+        write_pending(access, app_id, user_id, self._batch(state), recheck=self._recheck(state))
         if not self.rewrite_state:
             return self._all_stored(state)
         window = window_messages(access.window(app_id, self.max_messages))
@@ -247,7 +277,7 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         if not batch:
             return None
         app_id, user_id = self._run_keys(runtime)
-        await awrite_pending(access, app_id, user_id, batch)
+        await awrite_pending(access, app_id, user_id, batch, recheck=self._recheck(state))
         return self._all_stored(state)
 
     async def abefore_agent(
@@ -256,7 +286,8 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         """:meth:`before_agent` on an ``AsyncMemoryStore``."""
         access = self._async_access()
         app_id, user_id = self._run_keys(runtime)
-        await awrite_pending(access, app_id, user_id, self._batch(state))
+        batch = self._batch(state)
+        await awrite_pending(access, app_id, user_id, batch, recheck=self._recheck(state))
         if not self.rewrite_state:
             return self._all_stored(state)
         window = window_messages(await access.awindow(app_id, self.max_messages))

@@ -11,6 +11,8 @@ of a LangGraph state and must store each message exactly once, in an order the l
 * :func:`write_pending` / :func:`awrite_pending`: store them in one transaction, skipping any
   whose LangChain id is already among the app's newest rows (a step that committed its write
   and then crashed before the graph recorded it would otherwise store the message twice).
+  With ``recheck=False`` the caller vouches that no such write can exist (the middleware,
+  once a write of the same graph invocation has checked) and the read is skipped.
 """
 
 from __future__ import annotations
@@ -101,25 +103,45 @@ def _unseen(batch: Sequence[BaseMessage], rows: Iterable[StoredMessage]) -> list
 
 
 def write_pending(
-    access: StoreAccess, app_id: str, user_id: str | None, batch: Sequence[BaseMessage]
+    access: StoreAccess,
+    app_id: str,
+    user_id: str | None,
+    batch: Sequence[BaseMessage],
+    *,
+    recheck: bool = True,
 ) -> None:
-    """Store ``batch`` (from :func:`pending`) in one transaction, minus what is stored already."""
+    """Store ``batch`` (from :func:`pending`) in one transaction, minus what is stored already.
+
+    ``recheck=False`` skips the read of the app's newest rows: only for a caller that knows
+    no earlier attempt can have committed any message of ``batch``.
+    """
     if not batch:
         return
-    rows = access.newest_rows(app_id, len(batch) + RECHECK_MARGIN, None)
-    messages = _unseen(batch, rows)
+    if recheck:
+        rows = access.newest_rows(app_id, len(batch) + RECHECK_MARGIN, None)
+        messages = _unseen(batch, rows)
+    else:
+        messages = [to_canonical(m) for m in batch]
     if messages:
         access.append(app_id, messages, user_id)
 
 
 async def awrite_pending(
-    access: StoreAccess, app_id: str, user_id: str | None, batch: Sequence[BaseMessage]
+    access: StoreAccess,
+    app_id: str,
+    user_id: str | None,
+    batch: Sequence[BaseMessage],
+    *,
+    recheck: bool = True,
 ) -> None:
     """:func:`write_pending` as a coroutine."""
     if not batch:
         return
-    rows = await access.anewest_rows(app_id, len(batch) + RECHECK_MARGIN, None)
-    messages = _unseen(batch, rows)
+    if recheck:
+        rows = await access.anewest_rows(app_id, len(batch) + RECHECK_MARGIN, None)
+        messages = _unseen(batch, rows)
+    else:
+        messages = [to_canonical(m) for m in batch]
     if messages:
         await access.aappend(app_id, messages, user_id)
 

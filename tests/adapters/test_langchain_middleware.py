@@ -458,6 +458,80 @@ def test_a_write_whose_step_died_before_the_graph_recorded_it_is_not_repeated(
     assert kinds(model.requests[-1]) == ["human", "ai", "tool", "tool", "human"]
 
 
+def test_the_resumed_step_of_a_died_run_does_not_repeat_its_write(
+    env: AdapterEnv, app_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the graph resumes the died step itself (``invoke(None)``): its first
+    write must still look for the committed message (the invocation's check mark is never
+    checkpointed)."""
+    from memstore.adapters._history import StoreAccess
+
+    real_append, real_aappend = StoreAccess.append, StoreAccess.aappend
+    appends = {"n": 0}
+
+    def append(self: StoreAccess, *args: Any, **kwargs: Any) -> list[int]:
+        ids = real_append(self, *args, **kwargs)
+        appends["n"] += 1
+        if appends["n"] == 2:  # the input, then the AI message: die after the AI message
+            raise SystemExit(1)
+        return ids
+
+    async def aappend(self: StoreAccess, *args: Any, **kwargs: Any) -> list[int]:
+        ids = await real_aappend(self, *args, **kwargs)
+        appends["n"] += 1
+        if appends["n"] == 2:
+            raise asyncio.CancelledError
+        return ids
+
+    monkeypatch.setattr(StoreAccess, "append", append)
+    monkeypatch.setattr(StoreAccess, "aappend", aappend)
+    model = ProviderLikeModel([PARALLEL, "done"])
+    agent = agent_for(env.store(), model, checkpointer=InMemorySaver())
+    with pytest.raises(NodeCancelledError if env.is_async else SystemExit):
+        call(env, agent, user("compute"), config(app_id))
+    assert row_types(env, app_id) == ["UserMessage", "AiMessage"]
+    call(env, agent, None, config(app_id))
+    assert row_types(env, app_id) == [
+        "UserMessage",
+        "AiMessage",
+        "ToolResult",
+        "ToolResult",
+        "AiMessage",
+    ]
+
+
+def test_only_the_first_write_of_an_invocation_reads_the_newest_rows(
+    env: AdapterEnv, app_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within one invocation every hook sees the writes of the hooks before it, so only the
+    first write looks for messages an earlier attempt stored; each invocation checks anew."""
+    from memstore.adapters import _lc_pending
+
+    checks: list[int] = []
+    real = _lc_pending._unseen
+
+    def counted(batch: Any, stored_rows: Any) -> Any:
+        checks.append(len(batch))
+        return real(batch, stored_rows)
+
+    monkeypatch.setattr(_lc_pending, "_unseen", counted)
+    model = ProviderLikeModel([PARALLEL, "done", "bye"])
+    agent = agent_for(env.store(), model, checkpointer=InMemorySaver())
+    call(env, agent, user("compute"), config(app_id))  # input, AI call, 2 results, answer
+    assert checks == [1]
+    call(env, agent, user("thanks"), config(app_id))
+    assert checks == [1, 1]
+    assert row_types(env, app_id) == [
+        "UserMessage",
+        "AiMessage",
+        "ToolResult",
+        "ToolResult",
+        "AiMessage",
+        "UserMessage",
+        "AiMessage",
+    ]
+
+
 @dataclass
 class Context:
     user_id: str

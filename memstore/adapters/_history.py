@@ -63,6 +63,7 @@ from memstore.core.rows import (
     open_payload,
     seal_original,
 )
+from memstore.core.summary import is_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
@@ -79,6 +80,7 @@ from memstore.sql.repository import (
     oldest_first_query,
     request_scan_query,
     rows_to_messages,
+    window_rows_statement,
 )
 from memstore.sql.schema import display, original
 from memstore.store import MemoryStore
@@ -151,6 +153,27 @@ def resolve_results(messages: Sequence[Message], stored: Mapping[str, str]) -> l
     return out
 
 
+def _presumed_requests(messages: Sequence[Message], wanted: set[str]) -> dict[str, str] | None:
+    """The stored requests a batch's results can be written against without looking them up.
+
+    ``wanted``: the call ids of results answering no request of the batch. When each such
+    result names its tool, the write itself checks that the requests exist (it raises
+    :class:`~memstore.errors.UnknownToolCallError` and writes nothing otherwise), so the
+    lookup only has to run after that error, to store the unanswered results opaquely: the
+    mapping presumes every request found under the result's own name. ``None`` when there is
+    nothing to presume (no such result) or a result needs its tool name filled in.
+    """
+    if not wanted:
+        return None
+    presumed: dict[str, str] = {}
+    for message in messages:
+        if isinstance(message, ToolResult) and message.id in wanted:
+            if not message.tool_name:
+                return None
+            presumed[message.id] = message.tool_name
+    return presumed
+
+
 # -- SQL steps (each runs on a sync Connection; async via AsyncConnection.run_sync) ----------------
 
 
@@ -165,8 +188,20 @@ def _history_page(
 def _newest_rows(
     conn: Connection, app_id: str, limit: int, before_id: int | None, cipher: RowCipher
 ) -> list[StoredMessage]:
-    query = newest_rows_query(app_id, RowRequest(limit, before_id))
-    return rows_to_messages(conn.execute(query), app_id, cipher)
+    statement, params = window_rows_statement(app_id, RowRequest(limit, before_id))
+    return rows_to_messages(conn.execute(statement, params), app_id, cipher)
+
+
+def _newest_rows_and_summary(
+    conn: Connection, app_id: str, limit: int, cipher: RowCipher
+) -> tuple[list[StoredMessage], StoredMessage | None]:
+    """The app's ``limit`` newest rows (summaries left out) and its newest summary row, in
+    one statement (the loader's ``UNION ALL`` read)."""
+    statement, params = window_rows_statement(app_id, RowRequest(limit, summary=True))
+    found = rows_to_messages(conn.execute(statement, params), app_id, cipher)
+    summaries = [row for row in found if is_summary(row.message)]
+    rows = [row for row in found if not is_summary(row.message)]
+    return rows, summaries[-1] if summaries else None
 
 
 def _latest_summary(conn: Connection, app_id: str, cipher: RowCipher) -> StoredMessage | None:
@@ -189,6 +224,8 @@ def _requested_tools(
             for call in json.loads(payload).get("tool_requests", []):
                 if call["id"] in call_ids:
                     found.setdefault(call["id"], call["name"])
+            if len(found) == len(call_ids):  # newest first: the rest of the page is older
+                return found
         if len(page) < REQUEST_SCAN_PAGE:
             break
         before = page[-1].id
@@ -287,18 +324,34 @@ def _delete_own_display_row(
 
 
 def insert_messages(
-    conn: Connection, store: MemoryStore, app_id: str, batch: Sequence[Message], user_id: str | None
+    conn: Connection,
+    store: MemoryStore,
+    app_id: str,
+    batch: Sequence[Message],
+    user_id: str | None,
+    *,
+    presume: bool = False,
 ) -> tuple[list[int], list[Any], GenerationStep | None]:
     """Insert ``batch`` (both histories) in the caller's transaction, after
     :func:`resolve_results`; return the row ids, the entries for the cached window and the
     write's generation step (to hand to ``store._cache_append`` once the transaction
     committed; ``None`` when nothing was written).
 
+    With ``presume``, results that name their tool are written against their requests without
+    looking them up first (:func:`_presumed_requests`): the insert still checks that the
+    requests exist and raises :class:`~memstore.errors.UnknownToolCallError` if one does not;
+    the caller then rolls back and writes again without ``presume``, which stores such
+    results opaquely.
+
     Call ``store._ensure_lease()`` before opening the transaction: claiming or renewing a
     leased worker id needs its own connection, which would wait on this transaction's locks.
     """
     wanted = unanswered_in_batch(batch)
-    stored = _requested_tools(conn, app_id, wanted, store.cipher) if wanted else {}
+    presumed = _presumed_requests(batch, wanted) if presume else None
+    if presumed is not None:
+        stored = presumed
+    else:
+        stored = _requested_tools(conn, app_id, wanted, store.cipher) if wanted else {}
     resolved = resolve_results(batch, stored)
     plan = store._plan(app_id, user_id, resolved, display_drafts(resolved, store.formatters))
     if not plan.id_count:
@@ -483,6 +536,15 @@ class StoreAccess:
         with translated_errors("reading history"), store.engine.connect() as conn:
             return _newest_rows(conn, app_id, limit, before_id, store.cipher)
 
+    def newest_rows_and_summary(
+        self, app_id: str, limit: int
+    ) -> tuple[list[StoredMessage], StoredMessage | None]:
+        """Up to ``limit`` newest rows (summaries left out), chronological, and the app's
+        newest summary row, in one read."""
+        store = self.sync_store()
+        with translated_errors("reading history"), store.engine.connect() as conn:
+            return _newest_rows_and_summary(conn, app_id, limit, store.cipher)
+
     def latest_summary(self, app_id: str) -> StoredMessage | None:
         """The app's newest summary row (``None``: never compacted)."""
         store = self.sync_store()
@@ -501,8 +563,14 @@ class StoreAccess:
     ) -> list[int]:
         """Append ``messages`` after :func:`resolve_results` (one transaction)."""
         store = self.sync_store()
+        wanted = unanswered_in_batch(messages)
+        presumed = _presumed_requests(messages, wanted)
+        if presumed is not None:
+            try:
+                return store.append(app_id, resolve_results(messages, presumed), user_id=user_id)
+            except UnknownToolCallError:
+                pass  # a request is missing: look them up, answer the missing ones opaquely
         for attempt in range(2):
-            wanted = unanswered_in_batch(messages)
             stored = self._sync_requested(store, app_id, wanted) if wanted else {}
             try:
                 return store.append(app_id, resolve_results(messages, stored), user_id=user_id)
@@ -549,6 +617,16 @@ class StoreAccess:
             async with store.engine.connect() as conn:
                 return await conn.run_sync(_newest_rows, app_id, limit, before_id, store.cipher)
 
+    async def anewest_rows_and_summary(
+        self, app_id: str, limit: int
+    ) -> tuple[list[StoredMessage], StoredMessage | None]:
+        store = self._native()
+        if store is None:
+            return await asyncio.to_thread(self.newest_rows_and_summary, app_id, limit)
+        with translated_errors("reading history"):
+            async with store.engine.connect() as conn:
+                return await conn.run_sync(_newest_rows_and_summary, app_id, limit, store.cipher)
+
     async def alatest_summary(self, app_id: str) -> StoredMessage | None:
         store = self._native()
         if store is None:
@@ -580,8 +658,16 @@ class StoreAccess:
         messages: Sequence[Message],
         user_id: str | None,
     ) -> list[int]:
+        wanted = unanswered_in_batch(messages)
+        presumed = _presumed_requests(messages, wanted)
+        if presumed is not None:
+            try:
+                return await store.append(
+                    app_id, resolve_results(messages, presumed), user_id=user_id
+                )
+            except UnknownToolCallError:
+                pass  # as in append: look the requests up
         for attempt in range(2):
-            wanted = unanswered_in_batch(messages)
             stored: dict[str, str] = {}
             if wanted:
                 with translated_errors("reading tool requests"):

@@ -77,7 +77,7 @@ from memstore.adapters._history import Store, StoreAccess, _finish, insert_messa
 from memstore.core.inputs import normalize_user_id
 from memstore.core.metadata import thaw
 from memstore.core.window import is_synthetic, select_window
-from memstore.errors import InvalidAppIdError
+from memstore.errors import InvalidAppIdError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
@@ -514,6 +514,24 @@ class MemstoreSessionService(BaseSessionService):
         delta = _json_state(dict(event.actions.state_delta or {})) if event.actions else {}
         deltas = _session_util.extract_state_delta(delta)
         batch = event_to_messages(event)
+        try:
+            # a function response names its tool: no lookup of the call before the insert
+            return self._append_once(store, session, event, app_id, deltas, batch, presume=True)
+        except UnknownToolCallError:  # its call is not stored: again, answered opaquely
+            return self._append_once(store, session, event, app_id, deltas, batch, presume=False)
+
+    def _append_once(
+        self,
+        store: MemoryStore,
+        session: Session,
+        event: Event,
+        app_id: str,
+        deltas: dict[str, Any],
+        batch: list[Message],
+        *,
+        presume: bool,
+    ) -> str:
+        """One transaction of :meth:`_append_sync` (see ``insert_messages``'s ``presume``)."""
         key = _key("session", session.app_name, session.user_id, session.id)
         store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
         with translated_errors("appending an event"), store.engine.begin() as conn:
@@ -542,7 +560,7 @@ class MemstoreSessionService(BaseSessionService):
             if deltas["user"]:
                 _merge_state(conn, "user", deltas["user"], session.app_name, session.user_id)
             _, cache_entries, step = insert_messages(
-                conn, store, app_id, batch, _user(session.user_id)
+                conn, store, app_id, batch, _user(session.user_id), presume=presume
             )
         store._cache_append(app_id, cache_entries, step)
         return str(row.revision + 1)

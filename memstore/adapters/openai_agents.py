@@ -160,7 +160,12 @@ class MemstoreSession(SessionABC):
             bounded_int(wanted, "limit", minimum=-MAX_ROW_ID, maximum=MAX_WINDOW_MESSAGES)
         if wanted is not None and wanted <= 0:
             return []
-        summary = await self._access.alatest_summary(self.session_id)
+        rows: list[StoredMessage] | None = None
+        page = 0 if wanted is None else wanted + _PAGE_EXTRA
+        if wanted is None:
+            summary = await self._access.alatest_summary(self.session_id)
+        else:  # the first page and the summary in one read
+            rows, summary = await self._access.anewest_rows_and_summary(self.session_id, page)
         info = None if summary is None else summary_info(summary.message)
         floor = -1 if info is None else info.last_id
         lead: list[TResponseInputItem] = []
@@ -168,18 +173,19 @@ class MemstoreSession(SessionABC):
             opener = window_summary(summary.id, summary.message, self.store.settings.summary_role)
             lead = [] if opener is None else _items([StoredMessage(summary.id, opener)])
         if wanted is None:
-            rows = await self._access.aall_rows(self.session_id)
-            return lead + _items([r for r in rows if r.id > floor and not is_summary(r.message)])
+            every = await self._access.aall_rows(self.session_id)
+            return lead + _items([r for r in every if r.id > floor and not is_summary(r.message)])
         want = wanted - len(lead)
         items: list[TResponseInputItem] = []
         before: int | None = None
-        page = wanted + _PAGE_EXTRA
         while len(items) < want:
-            rows = await self._access.anewest_rows(self.session_id, page, before)
+            if rows is None:
+                rows = await self._access.anewest_rows(self.session_id, page, before)
             items = _items([r for r in rows if r.id > floor]) + items
             if len(rows) < page or (rows and rows[0].id <= floor):
                 break
             before = rows[0].id
+            rows = None
         return (lead + items[-want:]) if want > 0 else lead[-wanted:]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

@@ -239,6 +239,39 @@ def test_a_stale_append_raises_and_writes_nothing(env: AdapterEnv) -> None:
     env.run(scenario())
 
 
+def test_a_response_whose_call_was_never_stored_is_kept_and_its_event_applied_once(
+    env: AdapterEnv,
+) -> None:
+    """A named function response is written without looking its call up first; the write
+    finds no call, rolls back and is written again with the response as an opaque row: the
+    event's state delta and revision step happen once."""
+
+    async def scenario() -> None:
+        service = service_of(env)
+        created = await service.create_session(app_name=APP, user_id=USER)
+        session = await service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+        assert session is not None
+        stray = types.FunctionResponse(id="never-called", name="add", response={"result": 3})
+        await service.append_event(
+            session,
+            Event(
+                author="user",
+                content=types.Content(role="user", parts=[types.Part(function_response=stray)]),
+                actions=EventActions(state_delta={"k": 1}),
+            ),
+        )
+        await service.append_event(session, Event(author="user", content=text("next")))
+        again = await service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+        assert again is not None and again.state["k"] == 1
+        responses = [p.function_response for e in again.events for p in e.content.parts or []]  # type: ignore[union-attr]
+        assert [r.id if r else None for r in responses] == ["never-called", None]
+        app_id = history_app_id(APP, USER, created.id)
+        window = env.sync_store().load_window(app_id)
+        assert [type(m).__name__ for m in window] == ["SystemMessage", "UserMessage"]
+
+    env.run(scenario())
+
+
 def test_state_scopes_listing_and_delete(env: AdapterEnv) -> None:
     async def scenario() -> None:
         base = env.store()

@@ -328,9 +328,38 @@ def test_a_tool_message_for_an_unknown_call_is_kept(env: AdapterEnv, app_id: str
     history = history_of(env, app_id)
     stray = ToolMessage("late", tool_call_id="never-requested")
     history.add_messages([HumanMessage("hi"), stray])
-    assert history.messages == [HumanMessage("hi"), stray]
+    # named: written without a lookup first; the write finds no request, then it is looked up
+    named = ToolMessage("later", tool_call_id="also-never-requested", name="lookup")
+    history.add_messages([named])
+    assert history.messages == [HumanMessage("hi"), stray, named]
     window = env.sync_store().load_window(app_id)
+    assert [type(m).__name__ for m in window] == ["UserMessage", "SystemMessage", "SystemMessage"]
     assert validate(window, "openai") == validate(window, "anthropic") == []
+
+
+def test_a_named_result_of_a_stored_call_is_written_without_looking_the_call_up(
+    env: AdapterEnv, app_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore.adapters import _history
+
+    lookups: list[set[str]] = []
+    real = _history._requested_tools
+
+    def counted(conn: Any, app: str, call_ids: set[str], cipher: Any) -> dict[str, str]:
+        lookups.append(set(call_ids))
+        return real(conn, app, call_ids, cipher)
+
+    monkeypatch.setattr(_history, "_requested_tools", counted)
+    history = history_of(env, app_id)
+    calls = [{"name": "lookup", "args": {"key": k}, "id": f"call-{k}"} for k in "ab"]
+    history.add_messages([HumanMessage("look a and b up"), AIMessage("", tool_calls=calls)])
+    history.add_messages([ToolMessage("v", tool_call_id="call-a", name="lookup")])
+    assert lookups == []
+    history.add_messages([ToolMessage("w", tool_call_id="call-b")])  # no name: looked up
+    assert lookups == [{"call-b"}]
+    stored = env.sync_store().load_window(app_id)
+    assert [type(m).__name__ for m in stored][-2:] == ["ToolResult", "ToolResult"]
+    assert {m.tool_name for m in stored if isinstance(m, ToolResult)} == {"lookup"}
 
 
 # -- RunnableWithMessageHistory ----------------------------------------------------------------

@@ -208,6 +208,32 @@ def test_limit_returns_the_latest_items_chronologically(env: AdapterEnv, app_id:
     env.run(scenario())
 
 
+def test_a_limited_read_that_fits_one_page_is_one_read(
+    env: AdapterEnv, app_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_items(limit)`` reads its first page and the newest summary in one statement."""
+    from memstore.adapters._history import StoreAccess
+
+    reads: list[str] = []
+    for name in ("newest_rows", "anewest_rows", "latest_summary", "alatest_summary"):
+        real = getattr(StoreAccess, name)
+
+        def counted(self: Any, *args: Any, _real: Any = real, _name: str = name) -> Any:
+            reads.append(_name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(StoreAccess, name, counted)
+    session = session_of(env, app_id)
+    items = [user(f"m{i}") for i in range(10)]
+
+    async def scenario() -> None:
+        await session.add_items(items)
+        assert await session.get_items(limit=3) == items[-3:]
+
+    env.run(scenario())
+    assert reads == []
+
+
 def test_session_settings_limit_is_the_default(env: AdapterEnv, app_id: str) -> None:
     store = env.store()
     limited = MemstoreSession(app_id, store, session_settings=SessionSettings(limit=2))

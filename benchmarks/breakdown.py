@@ -12,7 +12,6 @@ back with a second ``SELECT``), on the same tables.
 from __future__ import annotations
 
 import random
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,8 +26,10 @@ from benchmarks.common import (
     Report,
     Sample,
     analyze,
+    log_to_stderr,
     markdown_table,
     parse_options,
+    private_redis,
     ratio,
     scratch_database,
     time_interleaved,
@@ -36,7 +37,6 @@ from benchmarks.common import (
 )
 from benchmarks.compare import (
     RAW_READ,
-    private_redis,
     psycopg_conninfo,
     raw_writer,
     twenty_message_turn,
@@ -103,12 +103,13 @@ def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: in
     payloads = store.engine.connect()
     rows = payloads.execute(newest_rows_query(app, RowRequest(limit))).all()
     payloads.close()
-    decoded = rows_to_messages(rows)
+    decoded = rows_to_messages(rows, app, store.cipher)
 
     def before() -> object:
         def fetch(request: RowRequest) -> list[StoredMessage]:
             with old_engine.connect() as conn:
-                return rows_to_messages(conn.execute(newest_rows_query(app, request)))
+                query = newest_rows_query(app, request)
+                return rows_to_messages(conn.execute(query), app, store.cipher)
 
         return run_steps(window_steps(WINDOW, start_at_user=False), fetch)
 
@@ -233,7 +234,7 @@ def hot_breakdown(url: str, redis_url: str, app: str, rounds: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv, __doc__ or "")
     started = time.perf_counter()
-    report = run(options, log=lambda line: print(line, file=sys.stderr))
+    report = run(options, log_to_stderr)
     print(report.render())
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0

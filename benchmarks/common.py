@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: options, scratch databases, timing and Markdown tables."""
+"""Shared pieces of the benchmarks: options, scratch databases, a private Redis, timing,
+Markdown tables and the ``main()`` of a benchmark module (:func:`run_main`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import gc
 import os
 import platform
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -25,6 +29,9 @@ from memstore.sql.engine import make_engine
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/memstore_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 DATABASES = ("sqlite", "postgres")
+
+Log = Callable[[str], None]
+"""Where a benchmark writes its progress lines."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,61 @@ def analyze(engine: Engine) -> None:
             conn.execute(sa.text("VACUUM chat_history_original"))
 
 
+# -- a private Redis ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listened on a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def private_redis() -> Iterator[str | None]:
+    """A throw-away ``redis-server`` on a free loopback port (``None`` when not installed)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    port = free_port()
+    directory = tempfile.mkdtemp(prefix="memstore-bench-redis-")
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            directory,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        import redis
+
+        client = redis.Redis.from_url(url)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        client.close()
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 # -- timing -------------------------------------------------------------------------------------
 
 
@@ -210,21 +272,30 @@ def time_calls(
 
 
 def time_interleaved(
-    calls: Sequence[Callable[[], object]], *, warmup: int, rounds: int
+    calls: Sequence[Callable[[], object]], *, warmup: int, rounds: int, gc_off: bool = False
 ) -> list[Sample]:
-    """Time several calls in alternating rounds, so background load hits them all alike."""
+    """Time several calls in alternating rounds, so background load hits them all alike.
+
+    ``warmup`` untimed rounds first; with ``gc_off`` the garbage collector is disabled while
+    timing (for calls of a few microseconds, where one collection is larger than the call)."""
     for _ in range(warmup):
         for call in calls:
             call()
     gc.collect()
-    durations: list[list[float]] = [[] for _ in calls]
-    order = list(range(len(calls)))
-    for round_index in range(rounds):
-        shift = round_index % len(order)
-        for index in order[shift:] + order[:shift]:
-            begin = time.perf_counter()
-            calls[index]()
-            durations[index].append(time.perf_counter() - begin)
+    if gc_off:
+        gc.disable()
+    try:
+        durations: list[list[float]] = [[] for _ in calls]
+        order = list(range(len(calls)))
+        for round_index in range(rounds):
+            shift = round_index % len(order)
+            for index in order[shift:] + order[:shift]:
+                begin = time.perf_counter()
+                calls[index]()
+                durations[index].append(time.perf_counter() - begin)
+    finally:
+        if gc_off:
+            gc.enable()
     return [Sample(tuple(values)) for values in durations]
 
 
@@ -311,3 +382,27 @@ def machine_notes() -> str:
         f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}, "
         f"Python {platform.python_version()}, SQLAlchemy {sa.__version__}"
     )
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def log_to_stderr(line: str) -> None:
+    """Progress lines go to stderr, so stdout holds only the tables."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def exit_status(checks: Sequence[Check]) -> int:
+    """0 when every target is met, else 1."""
+    return 0 if all(check.passed for check in checks) else 1
+
+
+def run_main(
+    run: Callable[[Options, Log], Report], argv: Sequence[str] | None, description: str
+) -> int:
+    """The ``main()`` of a benchmark module: parse the common options, run it (progress on
+    stderr), print its report; the exit status says whether every target was met."""
+    options = parse_options(argv, description)
+    report = run(options, log_to_stderr)
+    print(report.render())
+    return exit_status(report.checks)

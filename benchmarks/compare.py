@@ -28,22 +28,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import random
 import shutil
-import socket
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import tracemalloc
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +56,13 @@ from benchmarks.common import (
     add_arguments,
     analyze,
     checks_table,
+    exit_status,
+    log_to_stderr,
     machine_notes,
     markdown_table,
     ms,
     options_from,
+    private_redis,
     ratio,
     scratch_database,
     time_calls,
@@ -281,56 +280,6 @@ def seed(
     if batch:
         flush()
     return total
-
-
-# -- private redis ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[str | None]:
-    """A throw-away ``redis-server`` on a free loopback port (``None`` when not installed)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        yield None
-        return
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    directory = tempfile.mkdtemp(prefix="memstore-bench-redis-")
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            directory,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        import redis
-
-        client = redis.Redis.from_url(url)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        client.close()
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -1172,19 +1121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--measures: unknown {unknown}; choose from {','.join(MEASURES)}")
     plan = TINY if args.tiny else (QUICK if options.quick else FULL)
     started = time.perf_counter()
-    report = run(
-        options,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-        plan=plan,
-        measures=measures,
-    )
+    report = run(options, log=log_to_stderr, plan=plan, measures=measures)
     print(
         f"## compare ({'tiny' if args.tiny else 'quick' if options.quick else 'full'} run, "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
     print(f"Machine: {machine_notes()}; {versions()}.\n")
     print(report.render())
-    return 0 if all(check.passed for check in report.checks) else 1
+    return exit_status(report.checks)
 
 
 if __name__ == "__main__":

@@ -20,20 +20,18 @@ Calls are timed interleaved (round robin), so background load hits every row ali
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import platform
 import shutil
 import sqlite3
-import statistics
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from benchmarks.common import time_interleaved
 from memstore import AiMessage, MemoryStore, Message, Settings, ToolRequest, ToolResult, UserMessage
 from memstore.core.fingerprint import canonical_arguments, decide_no_progress
 from memstore.core.loader import RowRequest
@@ -80,30 +78,6 @@ def repeat_tail(app_id: str) -> list[Message]:
 def load(store: MemoryStore, app_id: str, messages: list[Message]) -> None:
     for start in range(0, len(messages), 900):
         store.append(app_id, messages[start : start + 900])
-
-
-def time_interleaved(calls: Sequence[Callable[[], object]], rounds: int) -> list[list[float]]:
-    for _ in range(max(20, rounds // 20)):
-        for call in calls:
-            call()
-    gc.collect()
-    gc.disable()
-    try:
-        durations: list[list[float]] = [[] for _ in calls]
-        for round_index in range(rounds):
-            for offset in range(len(calls)):
-                index = (round_index + offset) % len(calls)
-                begin = time.perf_counter()
-                calls[index]()
-                durations[index].append(time.perf_counter() - begin)
-        return durations
-    finally:
-        gc.enable()
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, -(-95 * len(ordered) // 100) - 1)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -174,8 +148,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             ),
             ("canonical_arguments", "0", lambda: canonical_arguments(ARGUMENTS)),
         ]
-        samples = time_interleaved([call for _, _, call in cases], args.rounds)
-        base = statistics.median(samples[0])
+        samples = time_interleaved(
+            [call for _, _, call in cases],
+            warmup=max(20, args.rounds // 20),
+            rounds=args.rounds,
+            gc_off=True,
+        )
+        base = samples[0].median
         print("### Loop guard: cost per check (SQLite)\n")
         print(
             f"{args.history} rows of history in the app, 50 other apps, "
@@ -185,10 +164,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         print("| call | statements | median µs | p95 µs | vs baseline |")
         print("| --- | --- | ---: | ---: | ---: |")
-        for (label, statements, _), values in zip(cases, samples, strict=True):
-            median = statistics.median(values)
+        for (label, statements, _), sample in zip(cases, samples, strict=True):
+            median = sample.median
             print(
-                f"| {label} | {statements} | {median * 1e6:,.0f} | {p95(values) * 1e6:,.0f} "
+                f"| {label} | {statements} | {median * 1e6:,.0f} | {sample.p95 * 1e6:,.0f} "
                 f"| {median / base:.2f}x |"
             )
         store.close()

@@ -17,7 +17,6 @@ import cProfile
 import io
 import pstats
 import random
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ from benchmarks.common import (
     Report,
     checks_table,
     markdown_table,
-    parse_options,
     ratio,
+    run_main,
     scratch_database,
     time_interleaved,
     us,
@@ -337,10 +336,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_options(argv, __doc__ or "")
-    report = run(options, log=lambda line: print(line, file=sys.stderr))
-    print(report.render())
-    return 0 if all(check.passed for check in report.checks) else 1
+    return run_main(run, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

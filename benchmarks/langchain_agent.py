@@ -16,10 +16,9 @@ last turn: bounded by the window with memstore, growing with every turn with the
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks.common import (
@@ -29,8 +28,8 @@ from benchmarks.common import (
     checks_table,
     markdown_table,
     ms,
-    parse_options,
     ratio,
+    run_main,
     scratch_database,
 )
 
@@ -189,15 +188,12 @@ def run(options: Options, log: Callable[[str], None]) -> Report:
             rows,
         )
     )
+    report.blocks.append(checks_table(report.checks))
     return report
 
 
-def main() -> int:
-    options = parse_options(None, (__doc__ or "").splitlines()[0])
-    report = run(options, lambda line: print(line, file=sys.stderr, flush=True))
-    print(report.render() + "\n")
-    print(checks_table(report.checks))
-    return 0 if all(check.passed for check in report.checks) else 1
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(run, argv, (__doc__ or "").splitlines()[0])
 
 
 if __name__ == "__main__":

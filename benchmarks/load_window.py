@@ -15,7 +15,6 @@ turns, so their windows hold identical messages and only the history depth diffe
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -34,8 +33,8 @@ from benchmarks.common import (
     checks_table,
     markdown_table,
     ms,
-    parse_options,
     ratio,
+    run_main,
     scratch_database,
     time_calls,
     time_interleaved,
@@ -320,10 +319,7 @@ def _bind_naive(engine: Engine, app_id: str) -> Callable[[], object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_options(argv, __doc__ or "")
-    report = run(options, log=lambda line: print(line, file=sys.stderr))
-    print(report.render())
-    return 0 if all(check.passed for check in report.checks) else 1
+    return run_main(run, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

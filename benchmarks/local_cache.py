@@ -19,7 +19,6 @@ write raises it. This times, on each database, in alternating rounds:
 from __future__ import annotations
 
 import random
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -30,8 +29,8 @@ from benchmarks.common import (
     Sample,
     checks_table,
     markdown_table,
-    parse_options,
     ratio,
+    run_main,
     scratch_database,
     time_interleaved,
     us,
@@ -137,10 +136,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_options(argv, __doc__ or "")
-    report = run(options, log=lambda line: print(line, file=sys.stderr))
-    print(report.render())
-    return 0 if all(check.passed for check in report.checks) else 1
+    return run_main(run, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

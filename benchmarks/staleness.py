@@ -21,7 +21,6 @@ this run's app ids are written, and deleted afterwards; nothing is flushed).
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import redis
 
-from benchmarks.common import markdown_table, time_interleaved, us
+from benchmarks.common import free_port, markdown_table, time_interleaved, us
 from memstore import MemoryStore, Settings, UserMessage
 from memstore.cache import keys
 from memstore.sql import staleness as sql_staleness
@@ -173,10 +172,7 @@ def run(database_url: str, redis_url: str, quick: bool) -> str:
 
 def free_port_url() -> str:
     """A Redis URL on a loopback port nothing listens on."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/0"
+    return f"redis://127.0.0.1:{free_port()}/0"
 
 
 def _observed(database_url: str, redis_url: str, trials: int, new_app: object) -> str:

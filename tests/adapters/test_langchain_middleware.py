@@ -81,6 +81,8 @@ broken.handle_tool_error = True
 
 TOOLS = [slow_add, fast_mul, delete_file, broken]
 PARALLEL = [("slow_add", {"a": 1, "b": 2}), ("fast_mul", {"a": 3, "b": 4})]
+TOOL_TURN = ["UserMessage", "AiMessage", "ToolResult", "ToolResult", "AiMessage"]
+"""The rows of a turn whose model makes the two ``PARALLEL`` calls, then answers."""
 
 
 def config(app_id: str, **configurable: Any) -> Any:
@@ -129,13 +131,7 @@ def test_parallel_calls_are_stored_in_call_order_and_come_back(
     call(env, agent, user("add and multiply"), config(app_id))
 
     stored = rows(env.sync_store(), app_id)
-    assert [type(r.message).__name__ for r in stored] == [
-        "UserMessage",
-        "AiMessage",
-        "ToolResult",
-        "ToolResult",
-        "AiMessage",
-    ]
+    assert [type(r.message).__name__ for r in stored] == TOOL_TURN
     request = stored[1].message
     assert isinstance(request, AiMessage)
     results = [r.message for r in stored[2:4]]
@@ -258,15 +254,7 @@ def test_stream_and_astream_store_like_invoke(env: AdapterEnv, app_id: str) -> N
     chunks = stream(env, agent, user("compute"), config(app_id))
     assert kinds(chunks[-1]["messages"]) == ["human", "ai", "tool", "tool", "ai"]
     stream(env, agent, user("more"), config(app_id))
-    assert row_types(env, app_id) == [
-        "UserMessage",
-        "AiMessage",
-        "ToolResult",
-        "ToolResult",
-        "AiMessage",
-        "UserMessage",
-        "AiMessage",
-    ]
+    assert row_types(env, app_id) == [*TOOL_TURN, "UserMessage", "AiMessage"]
     assert kinds(model.requests[-1]) == ["human", "ai", "tool", "tool", "ai", "human"]
 
 
@@ -491,13 +479,7 @@ def test_the_resumed_step_of_a_died_run_does_not_repeat_its_write(
         call(env, agent, user("compute"), config(app_id))
     assert row_types(env, app_id) == ["UserMessage", "AiMessage"]
     call(env, agent, None, config(app_id))
-    assert row_types(env, app_id) == [
-        "UserMessage",
-        "AiMessage",
-        "ToolResult",
-        "ToolResult",
-        "AiMessage",
-    ]
+    assert row_types(env, app_id) == TOOL_TURN
 
 
 def test_only_the_first_write_of_an_invocation_reads_the_newest_rows(
@@ -521,15 +503,7 @@ def test_only_the_first_write_of_an_invocation_reads_the_newest_rows(
     assert checks == [1]
     call(env, agent, user("thanks"), config(app_id))
     assert checks == [1, 1]
-    assert row_types(env, app_id) == [
-        "UserMessage",
-        "AiMessage",
-        "ToolResult",
-        "ToolResult",
-        "AiMessage",
-        "UserMessage",
-        "AiMessage",
-    ]
+    assert row_types(env, app_id) == [*TOOL_TURN, "UserMessage", "AiMessage"]
 
 
 @dataclass
@@ -578,13 +552,7 @@ def test_one_middleware_serves_concurrent_runs_with_users_from_the_context(
         for worker in workers:
             worker.join()
     for app in apps:
-        assert row_types(env, app) == [
-            "UserMessage",
-            "AiMessage",
-            "ToolResult",
-            "ToolResult",
-            "AiMessage",
-        ]
+        assert row_types(env, app) == TOOL_TURN
         assert user_ids(env, app) == {f"user-{app}"}
 
 

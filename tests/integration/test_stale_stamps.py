@@ -92,6 +92,29 @@ def test_every_skipped_update_stamps_and_a_reader_drops_and_clears(url: str) -> 
         reader.close()
 
 
+def test_a_compaction_whose_drop_is_skipped_stamps(url: str) -> None:
+    """The summary row commits before the window is dropped: a skipped drop is stamped like a
+    skipped append, so no instance serves the uncompacted window past the bound."""
+    app = f"stamp-{uuid.uuid4().hex[:8]}"
+    policy = WindowPolicy.from_settings(config(url))
+    reader = MemoryStore(
+        config(url, worker=16), cache=RedisWindowCache(fakeredis.FakeRedis(), policy)
+    )
+    writer = MemoryStore(config(url, worker=17), cache=unreachable(policy))
+    try:
+        reader.append(app, [UserMessage(text=f"m{n}") for n in range(4)])
+        assert texts(reader, app) == ["m0", "m1", "m2", "m3"]  # cached
+        report = writer.compact(app, lambda _: "the summary", keep_last_messages=1)
+        assert report.compacted
+        assert stamp_of(reader, app) is not None
+        time.sleep(BOUND / 2 + 0.02)
+        window = texts(reader, app)
+        assert "the summary" in window[0] and window[1:] == ["m3"]
+    finally:
+        writer.close()
+        reader.close()
+
+
 def test_a_stamp_is_cleared_only_if_unchanged(url: str) -> None:
     """A change after the look read the stamp keeps a stamp of its own."""
     from memstore.core.staleness import StaleMark
@@ -159,6 +182,10 @@ def test_async_store_stamps_and_drops(url: str) -> None:
             await writer.append(app, [UserMessage(text="m1")])
             await asyncio.sleep(BOUND / 2 + 0.02)
             assert [m.text for m in await reader.memory(app).messages()] == ["m0", "m1"]
+            await writer.compact(app, lambda _: "the summary", keep_last_messages=1)  # stamped
+            await asyncio.sleep(BOUND / 2 + 0.02)
+            window = [m.text for m in await reader.memory(app).messages()]
+            assert "the summary" in str(window[0]) and window[1:] == ["m1"]
         finally:
             await writer.close()
             await reader.close()

@@ -121,8 +121,8 @@ def run(
                 time.sleep(0.1)
             newest = store.load_window(app_id, settings.window_size)
             problem = window_mismatch(
-                [m.text for m in cached] if cached is not None else None,  # type: ignore[union-attr]
-                [m.text for m in newest],  # type: ignore[union-attr]
+                None if cached is None else [str(m.text) for m in cached],
+                [str(m.text) for m in newest],
                 settings.reload_max,
             )
             final[app_id] = problem is None

@@ -115,6 +115,50 @@ def test_a_compaction_whose_drop_is_skipped_stamps(url: str) -> None:
         reader.close()
 
 
+def test_a_rebuild_stored_after_a_write_skipped_by_a_resting_route_is_dropped(url: str) -> None:
+    """One shared Redis. The writer's route rests (an earlier failure) while the reader's does
+    not. The reader's rebuild reads the version and the rows, the writer commits a write whose
+    APPEND is skipped (resting: nothing reaches Redis, no version bump), then the rebuild's
+    STORE lands: the shared window misses the write. The generation guard cannot see it (no
+    APPEND ran); the writer's stamp does: the reader's next look drops the window (the writer
+    also holds the app dirty, for its own next contact)."""
+    from memstore.core import cache_plan
+
+    app = f"stamp-{uuid.uuid4().hex[:8]}"
+    policy = WindowPolicy.from_settings(config(url))
+    server = fakeredis.FakeServer()
+    reader = MemoryStore(
+        config(url, worker=18),
+        cache=RedisWindowCache(fakeredis.FakeRedis(server=server), policy),
+    )
+    writer_cache = RedisWindowCache(
+        fakeredis.FakeRedis(server=server), policy, retry_after_seconds=3600
+    )
+    writer = MemoryStore(config(url, worker=19), cache=writer_cache)
+    try:
+        reader.append(app, [UserMessage(text="m0")])
+        assert texts(reader, app) == ["m0"]
+        failure = redis.TimeoutError("slow")  # the writer's route rests from now on
+        read = cache_plan.read_call(app)
+        writer_cache.state.failed(read, "", failure, time.monotonic(), cluster=False)
+
+        version = reader.cache.read(app).version  # the rebuild begins: version, rows
+        rows = reader.load_window(app, reader.settings.reload_max)
+        generation = reader._sql.generation(app)
+        writer.append(app, [UserMessage(text="m1")])  # committed; APPEND skipped: resting
+        assert writer_cache.state.is_dirty(app) and stamp_of(reader, app) is not None
+        stored = reader.cache.store(app, reader._entries(rows), [], version, generation)
+        assert stored  # nothing told Redis about m1: the stale window is stored
+        assert [m.text for m in reader.cache.read(app).messages or []] == ["m0"]
+
+        time.sleep(BOUND / 2 + 0.02)
+        assert texts(reader, app) == ["m0", "m1"]  # the look dropped it; rebuilt from SQL
+        assert stamp_of(reader, app) is None
+    finally:
+        writer.close()
+        reader.close()
+
+
 def test_a_stamp_is_cleared_only_if_unchanged(url: str) -> None:
     """A change after the look read the stamp keeps a stamp of its own."""
     from memstore.core.staleness import StaleMark

@@ -406,7 +406,8 @@ class MemoryStore(StoreBase):
                 break
             except IdCollisionError as error:
                 self._id_collided(attempt, error)
-        self.cache.invalidate(app)
+        # the summary is committed: a skipped drop is stamped like a skipped append
+        self._cache_update(lambda: self.cache.invalidate(app))
         return self._compaction_report(app, plan, ids[0], text)
 
     def _cached_window(self, app_id: str) -> list[Message]:

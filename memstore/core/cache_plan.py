@@ -174,9 +174,9 @@ class _Route:
 
 @dataclass(frozen=True, slots=True)
 class Go:
-    """Run the call: first drop the windows of ``replay`` (dirty apps on this route, with how
-    often each was marked: pass both to :meth:`CacheState.cleaned`), after refreshing the
-    shell's view of the servers when ``refresh`` is set."""
+    """Run the call: first drop the windows of ``replay`` (dirty apps on this route, each with
+    the serial of its newest mark: pass both to :meth:`CacheState.cleaned`), after refreshing
+    the shell's view of the servers when ``refresh`` is set."""
 
     route: str
     replay: list[tuple[str, int]] = field(default_factory=list)
@@ -195,7 +195,11 @@ class CacheState:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._routes: dict[str, _Route] = {}
-        self._dirty: dict[str, int] = {}  # app -> how many times marked (insertion-ordered)
+        # app -> serial of its newest mark (insertion-ordered). Serials only grow, so a drop
+        # planned before a later mark never clears it; a count could come back to the value
+        # the plan saw (cleared by another thread's drop, then marked as often again).
+        self._dirty: dict[str, int] = {}
+        self._serial = 0
         self._listeners: list[DirtyListener] = []
 
     def add_dirty_listener(self, listener: DirtyListener) -> None:
@@ -216,7 +220,8 @@ class CacheState:
         every mark, not only the first of a dirty spell: each skipped update must be stamped,
         since another instance may have applied (and cleared) an earlier stamp meanwhile."""
         with self._lock:
-            self._dirty[app_id] = self._dirty.get(app_id, 0) + 1
+            self._serial += 1
+            self._dirty[app_id] = self._serial
             listeners = tuple(self._listeners)
         for listener in listeners:
             try:
@@ -232,12 +237,12 @@ class CacheState:
         with self._lock:
             return list(self._dirty)
 
-    def cleaned(self, app_id: str, marks: int) -> None:
-        """The app's window was dropped after it had been marked ``marks`` times (as
-        :attr:`Go.replay` said); a mark since then (a write that failed meanwhile, on another
-        thread) keeps it dirty."""
+    def cleaned(self, app_id: str, mark: int) -> None:
+        """The app's window was dropped after its mark ``mark`` (the serial :attr:`Go.replay`
+        gave); a mark since then (a write that failed meanwhile, on another thread, even one
+        after another thread's drop had cleared the app) keeps it dirty."""
         with self._lock:
-            if self._dirty.get(app_id) == marks:
+            if self._dirty.get(app_id) == mark:
                 del self._dirty[app_id]
 
     def begin(
@@ -256,7 +261,7 @@ class CacheState:
             if call.script == "read":
                 self._count("cache_fallbacks")
             return None
-        own = [(app, marks) for app, marks in dirty if app == call.app_id]  # first, always
+        own = [(app, mark) for app, mark in dirty if app == call.app_id]  # first, always
         others = [(app, m) for app, m in dirty if app != call.app_id and route_of(app) == route]
         return Go(route, (own + others)[:MAX_REPLAY], refresh)
 

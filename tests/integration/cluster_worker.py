@@ -12,6 +12,28 @@ from typing import Any
 from memstore import MemoryStore, Settings, UserMessage
 
 
+def window_mismatch(cached: list[str] | None, newest: list[str], reload_max: int) -> str | None:
+    """What is wrong with a cached window (texts, oldest first) given SQL's ``newest`` texts
+    (``load_window(app, window_size)``), or ``None``. A rebuild caches the newest
+    ``reload_max`` messages and appends grow the window up to ``window_size``, so a correct
+    window is the newest ``len(cached)`` messages of SQL, at least ``reload_max`` of them (or
+    all when SQL holds fewer): a window of 53 after a rebuild and 3 appends is right, though
+    ``newest`` holds 60. Only plain user messages here: no tool group widens a window."""
+    if cached is None:
+        return "no window cached"
+    tail = newest[len(newest) - len(cached) :] if cached else []
+    if len(cached) > len(newest) or cached != tail:
+        held = set(cached)
+        newer = [text for text in newest if text not in held][-10:]
+        return (
+            f"{len(cached)} cached vs SQL's newest {len(newest)}, not SQL's newest "
+            f"{len(cached)}: missing {newer}"
+        )
+    if len(cached) < min(reload_max, len(newest)):
+        return f"{len(cached)} cached, fewer than a rebuild's {min(reload_max, len(newest))}"
+    return None
+
+
 def run(
     database_url: str,
     redis_url: str,
@@ -89,7 +111,7 @@ def run(
             store.memory(app_id).messages()
         quiet.wait(60)
         final: dict[str, bool] = {}
-        for app_id in apps:  # the cached window of this instance equals a rebuild from SQL
+        for app_id in apps:  # the cached window of this instance is SQL's newest messages
             cached = None
             for _ in range(50):
                 store.memory(app_id).messages()
@@ -97,16 +119,16 @@ def run(
                 if cached is not None:
                     break
                 time.sleep(0.1)
-            rebuilt = store.load_window(app_id, settings.window_size)
-            final[app_id] = cached == rebuilt
-            if cached != rebuilt:
-                have = [m.text for m in cached or []]  # type: ignore[union-attr]
-                want = [m.text for m in rebuilt]  # type: ignore[union-attr]
-                errors.append(
-                    f"{name} {app_id}: {len(have)} vs {len(want)} messages, same set "
-                    f"{sorted(have) == sorted(want)}, missing {sorted(set(want) - set(have))}, "
-                    f"dirty here {store.cache.state.is_dirty(app_id)}"  # type: ignore[attr-defined]
-                )
+            newest = store.load_window(app_id, settings.window_size)
+            problem = window_mismatch(
+                None if cached is None else [str(m.text) for m in cached],
+                [str(m.text) for m in newest],
+                settings.reload_max,
+            )
+            final[app_id] = problem is None
+            if problem is not None:
+                dirty = store.cache.state.is_dirty(app_id)  # type: ignore[attr-defined]
+                errors.append(f"stale window: {name} {app_id}: {problem}, dirty here {dirty}")
     results.put(
         {
             "written": written,

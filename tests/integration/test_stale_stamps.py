@@ -92,6 +92,73 @@ def test_every_skipped_update_stamps_and_a_reader_drops_and_clears(url: str) -> 
         reader.close()
 
 
+def test_a_compaction_whose_drop_is_skipped_stamps(url: str) -> None:
+    """The summary row commits before the window is dropped: a skipped drop is stamped like a
+    skipped append, so no instance serves the uncompacted window past the bound."""
+    app = f"stamp-{uuid.uuid4().hex[:8]}"
+    policy = WindowPolicy.from_settings(config(url))
+    reader = MemoryStore(
+        config(url, worker=16), cache=RedisWindowCache(fakeredis.FakeRedis(), policy)
+    )
+    writer = MemoryStore(config(url, worker=17), cache=unreachable(policy))
+    try:
+        reader.append(app, [UserMessage(text=f"m{n}") for n in range(4)])
+        assert texts(reader, app) == ["m0", "m1", "m2", "m3"]  # cached
+        report = writer.compact(app, lambda _: "the summary", keep_last_messages=1)
+        assert report.compacted
+        assert stamp_of(reader, app) is not None
+        time.sleep(BOUND / 2 + 0.02)
+        window = texts(reader, app)
+        assert "the summary" in window[0] and window[1:] == ["m3"]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_rebuild_stored_after_a_write_skipped_by_a_resting_route_is_dropped(url: str) -> None:
+    """One shared Redis. The writer's route rests (an earlier failure) while the reader's does
+    not. The reader's rebuild reads the version and the rows, the writer commits a write whose
+    APPEND is skipped (resting: nothing reaches Redis, no version bump), then the rebuild's
+    STORE lands: the shared window misses the write. The generation guard cannot see it (no
+    APPEND ran); the writer's stamp does: the reader's next look drops the window (the writer
+    also holds the app dirty, for its own next contact)."""
+    from memstore.core import cache_plan
+
+    app = f"stamp-{uuid.uuid4().hex[:8]}"
+    policy = WindowPolicy.from_settings(config(url))
+    server = fakeredis.FakeServer()
+    reader = MemoryStore(
+        config(url, worker=18),
+        cache=RedisWindowCache(fakeredis.FakeRedis(server=server), policy),
+    )
+    writer_cache = RedisWindowCache(
+        fakeredis.FakeRedis(server=server), policy, retry_after_seconds=3600
+    )
+    writer = MemoryStore(config(url, worker=19), cache=writer_cache)
+    try:
+        reader.append(app, [UserMessage(text="m0")])
+        assert texts(reader, app) == ["m0"]
+        failure = redis.TimeoutError("slow")  # the writer's route rests from now on
+        read = cache_plan.read_call(app)
+        writer_cache.state.failed(read, "", failure, time.monotonic(), cluster=False)
+
+        version = reader.cache.read(app).version  # the rebuild begins: version, rows
+        rows = reader.load_window(app, reader.settings.reload_max)
+        generation = reader._sql.generation(app)
+        writer.append(app, [UserMessage(text="m1")])  # committed; APPEND skipped: resting
+        assert writer_cache.state.is_dirty(app) and stamp_of(reader, app) is not None
+        stored = reader.cache.store(app, reader._entries(rows), [], version, generation)
+        assert stored  # nothing told Redis about m1: the stale window is stored
+        assert [m.text for m in reader.cache.read(app).messages or []] == ["m0"]
+
+        time.sleep(BOUND / 2 + 0.02)
+        assert texts(reader, app) == ["m0", "m1"]  # the look dropped it; rebuilt from SQL
+        assert stamp_of(reader, app) is None
+    finally:
+        writer.close()
+        reader.close()
+
+
 def test_a_stamp_is_cleared_only_if_unchanged(url: str) -> None:
     """A change after the look read the stamp keeps a stamp of its own."""
     from memstore.core.staleness import StaleMark
@@ -159,6 +226,10 @@ def test_async_store_stamps_and_drops(url: str) -> None:
             await writer.append(app, [UserMessage(text="m1")])
             await asyncio.sleep(BOUND / 2 + 0.02)
             assert [m.text for m in await reader.memory(app).messages()] == ["m0", "m1"]
+            await writer.compact(app, lambda _: "the summary", keep_last_messages=1)  # stamped
+            await asyncio.sleep(BOUND / 2 + 0.02)
+            window = [m.text for m in await reader.memory(app).messages()]
+            assert "the summary" in str(window[0]) and window[1:] == ["m1"]
         finally:
             await writer.close()
             await reader.close()

@@ -106,12 +106,38 @@ def test_a_skipped_write_marks_its_app_dirty_and_is_replayed_on_its_route() -> N
     other = state.begin(cache_plan.read_call("b/9"), "b", 0.3, route_of)
     assert other == cache_plan.Go("b")  # another shard's dirty apps are not its business
     go = state.begin(cache_plan.read_call("a/2"), "a", 2.0, route_of)
-    assert go is not None and go.replay == [("a/2", 1), ("a/1", 2)]  # the app itself first
+    assert go is not None and go.replay == [("a/2", 3), ("a/1", 2)]  # the app itself first
     state.mark_dirty("a/1")  # a write failing on another thread while a/1 is dropped
-    state.cleaned("a/2", 1)
+    state.cleaned("a/2", 3)
     state.cleaned("a/1", 2)
     assert state.is_dirty("a/1") and not state.is_dirty("a/2")  # a/1 stays dirty
     assert seen == ["a/1", "a/1", "a/2", "a/1"]  # the listener hears every skipped update
+
+
+def test_a_drop_planned_before_a_mark_never_clears_it_even_after_another_drop() -> None:
+    """Two threads plan a drop of the same dirty app; the first drop clears it; the app's
+    writer then fails as often again before the second thread reports its drop (which may
+    have run before those writes committed). The app stays dirty: a count of marks would be
+    back to the value the second plan saw and would clear it."""
+    state = CacheState(1.0)
+    append = cache_plan.append_call("a/1", POLICY, [], 0, 1)
+    for _ in range(3):
+        state.mark_dirty("a/1")
+    first = state.begin(append, "a", 0.0, route_of)
+    second = state.begin(append, "a", 0.0, route_of)
+    assert first is not None and second is not None and first.replay == second.replay
+    [(app, mark)] = first.replay
+    state.cleaned(app, mark)  # the first thread's drop ran
+    assert not state.is_dirty("a/1")
+    for _ in range(3):  # three writes of the app fail meanwhile
+        state.mark_dirty("a/1")
+    [(app, mark)] = second.replay
+    state.cleaned(app, mark)  # the second thread's drop, maybe before those writes
+    assert state.is_dirty("a/1")
+    third = state.begin(append, "a", 0.0, route_of)
+    assert third is not None and [app for app, _ in third.replay] == ["a/1"]
+    state.cleaned(*third.replay[0])
+    assert not state.is_dirty("a/1")
 
 
 def test_a_read_is_never_dirtying_and_a_failed_read_has_no_version() -> None:

@@ -117,10 +117,17 @@ _PREFIX_CHARS = len(ENVELOPE_PREFIX)
 
 
 def _b64decode(text: str) -> bytes:
-    """Strict standard base64 (a stray character is an error, not skipped)."""
+    """Strict, canonical standard base64: a stray character is an error, not skipped, and so
+    is a last character whose unused low bits are set (decoders ignore those bits, so two
+    different envelopes would otherwise open to the same row)."""
     if sys.version_info >= (3, 11):
-        return binascii.a2b_base64(text, strict_mode=True)
-    return base64.b64decode(text, validate=True)  # pragma: no cover - Python 3.10
+        raw = binascii.a2b_base64(text, strict_mode=True)
+    else:  # pragma: no cover - Python 3.10
+        raw = base64.b64decode(text, validate=True)
+    tail = raw[len(raw) - (len(raw) % 3 or 3) :]
+    if tail and base64.b64encode(tail).decode("ascii") != text[-4:]:
+        raise binascii.Error("non-canonical base64")
+    return raw
 
 
 def _where(column: str, app_id: str, row_key: object) -> str:

@@ -66,6 +66,25 @@ def test_every_altered_character_fails() -> None:
         c.open(ENVELOPE_PREFIX + "garbage", ORIGINAL_PAYLOAD, "app", 1)
 
 
+def test_unused_low_bits_of_the_last_character_are_not_ignored() -> None:
+    """Base64 decoders ignore the unused bits of a final partial group: an envelope that
+    differs only there must still be refused (one stored form per row)."""
+    c = cipher(f"k1:{K1}")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    for text in ("x", "xy", "some text"):
+        sealed = c.seal(text, ORIGINAL_PAYLOAD, "app", 1)
+        body = sealed.rstrip("=")
+        padding = len(sealed) - len(body)
+        if not padding:
+            continue
+        last = alphabet.index(body[-1])
+        unused = (1 << (2 * padding)) - 1  # 2 bits per "=" are spare in the last character
+        assert last & unused == 0
+        altered = body[:-1] + alphabet[last | 1] + "=" * padding
+        with pytest.raises(DecryptionError):
+            c.open(altered, ORIGINAL_PAYLOAD, "app", 1)
+
+
 def test_unknown_keys_are_named() -> None:
     sealed = cipher(f"k1:{K1}").seal("t", ORIGINAL_PAYLOAD, "a", 1)
     with pytest.raises(UnknownKeyError) as raised:

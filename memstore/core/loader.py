@@ -49,6 +49,10 @@ Rows = Sequence[StoredMessage]
 
 WindowSteps = Generator[RowRequest, Rows, Window]
 
+SUFFIX_MARGIN_ROWS = 4
+"""Rows :func:`select_lazily` decodes beyond the window's size at first, so a tool group
+crossing the window's edge (a request and its results) is usually inside the first try (in
+the benchmark data set a third of the windows needed a second try without them, none with)."""
 SUFFIX_STEP_ROWS = 8
 """How many more rows :func:`select_lazily` decodes when a tool group reaches past the suffix
 it tried (parallel calls of one group are rarely more)."""
@@ -69,14 +73,14 @@ def select_lazily(
     ``select_window`` of a suffix of the rows, told the history may go on before it, either
     says it needs older rows or returns the window it would return for all the rows: the
     units it visited hold no result whose request lies before the suffix, so the older rows
-    add only units older than where it stopped. So the suffix (``first_try`` rows, growing
-    by a few rows while a tool group reaches past it) decides, and only its rows are decoded
-    (a :class:`FetchedRows` decodes on access). Only ``stats.duplicate_results_skipped`` may
-    count fewer (duplicates among the rows it never looked at).
+    add only units older than where it stopped. So the suffix (``first_try`` rows and
+    :data:`SUFFIX_MARGIN_ROWS`, growing while a tool group reaches past it) decides, and only
+    its rows are decoded (a :class:`FetchedRows` decodes on access). Only
+    ``stats.duplicate_results_skipped`` may count fewer (duplicates among rows it never read).
     """
-    size = first_try
+    size = first_try + SUFFIX_MARGIN_ROWS
     total = len(rows)
-    if isinstance(rows, FetchedRows) and size > 0:
+    if isinstance(rows, FetchedRows) and first_try > 0:
         while size < total:
             window = select_window(
                 rows.tail(size),

@@ -17,8 +17,8 @@ run on the pooled DBAPI connection, its rows plain tuples. What Core would add i
 Engines with statement events or SQL logging (instrumentation, tests counting statements),
 and other drivers (MySQL/MariaDB), take the Core path, so listeners see every read.
 The async store runs the statement on the driver's own connection (asyncpg, psycopg,
-aiosqlite: one call, one thread hop for aiosqlite instead of four). Server-side prepared
-statements are the drivers' own (psycopg prepares a statement from its fifth run on a
+aiosqlite: one call; one thread hop for aiosqlite where Core takes several). Server-side
+prepared statements are the drivers' own (psycopg prepares a statement from its fifth run on a
 connection, asyncpg caches them; both settings stay the user's, e.g. off behind PgBouncer).
 """
 

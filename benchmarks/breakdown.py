@@ -1,10 +1,10 @@
 """Where the time of ``load_window``, a 20-message ``append`` and a hot ``messages()`` goes.
 
 Every piece is timed round-robin with the whole call and the raw driver, so the pieces of one
-row of the output were measured at the same moments. "before" rows replay the read and write
-paths as they were before issue 14 (``pool_pre_ping`` on every checkout, ``BEGIN``/``ROLLBACK``
-around a read, the statement built per call, rows fetched one at a time, the generation read
-back with a second ``SELECT``), on the same tables.
+row of the output were measured at the same moments. "before" rows replay the read path as it was
+before the DBAPI read (SQLAlchemy Core execution, every fetched row decoded) and the write path
+before issue 14 (``pool_pre_ping``, the generation read back with a second ``SELECT``), on the
+same tables.
 
     python -m benchmarks.breakdown [--quick] [--databases sqlite,postgres]
 """
@@ -46,12 +46,13 @@ from memstore import MemoryStore, Settings
 from memstore.cache import keys
 from memstore.core.display import display_drafts
 from memstore.core.loader import LOOKAHEAD_ROWS, RowRequest, run_steps, window_steps
-from memstore.core.rows import decode_payload
+from memstore.core.rows import FetchedRows, decode_payload
 from memstore.core.window import StoredMessage, answer_open_group, select_window
 from memstore.messages import parse_message
 from memstore.sql import generation
-from memstore.sql.engine import ENGINE_OPTIONS
-from memstore.sql.repository import newest_rows_query, rows_to_messages
+from memstore.sql.engine import ENGINE_OPTIONS, make_engine, read_options
+from memstore.sql.fastread import read_rows, window_read
+from memstore.sql.repository import SqlHistory, rows_to_messages, window_rows_statement
 
 WINDOW = 50
 
@@ -95,33 +96,39 @@ def _table(title: str, samples: dict[str, Sample], whole: str) -> str:
 
 def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: int) -> str:
     limit = WINDOW + LOOKAHEAD_ROWS
-    old_engine = (
-        sa.create_engine(url, pool_pre_ping=True, **ENGINE_OPTIONS)
-        if name != "sqlite"
-        else store.engine
-    )
-    payloads = store.engine.connect()
-    rows = payloads.execute(newest_rows_query(app, RowRequest(limit))).all()
-    payloads.close()
-    decoded = rows_to_messages(rows, app, store.cipher)
+    request = RowRequest(limit, summary=True)
+    sql_history = store._sql
+    cipher = sql_history.cipher
+    core_engine = make_engine(url)
+    sa.event.listen(core_engine, "before_cursor_execute", _no_op)  # reads take the Core path
+    core_history = SqlHistory(core_engine, cipher)
+    statement, params = window_rows_statement(app, request)
+    with core_engine.connect() as conn:
+        core_rows = conn.execute(statement, params).all()
+    fetched = FetchedRows.from_rows(core_rows, cipher, app)
+    newest = fetched.tail(WINDOW)
+    sql, args = window_read(store.engine.dialect, app, request)
+    options = read_options(core_engine)
+
+    def core_fetch_all_decoded(request: RowRequest) -> list[StoredMessage]:
+        statement, params = window_rows_statement(app, request)
+        with core_engine.connect().execution_options(**options) as conn:
+            return rows_to_messages(conn.execute(statement, params).all(), app, cipher)
 
     def before() -> object:
-        def fetch(request: RowRequest) -> list[StoredMessage]:
-            with old_engine.connect() as conn:
-                query = newest_rows_query(app, request)
-                return rows_to_messages(conn.execute(query), app, store.cipher)
-
-        return run_steps(window_steps(WINDOW, start_at_user=False), fetch)
+        return run_steps(
+            window_steps(WINDOW, start_at_user=False, summaries="system"), core_fetch_all_decoded
+        )
 
     statement_sql = RAW_READ.replace("LIMIT 50", f"LIMIT {limit}")
     if name == "sqlite":
         import sqlite3
 
         raw = sqlite3.connect(str(make_url(url).database))
-        sql = statement_sql.format(p="?", f="0")
+        raw_sql = statement_sql.format(p="?", f="0")
 
         def raw_read() -> object:
-            return raw.execute(sql, (app,)).fetchall()
+            return raw.execute(raw_sql, (app,)).fetchall()
     else:
         import psycopg
 
@@ -131,32 +138,41 @@ def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: in
         def raw_read() -> object:
             return praw.execute(psql, (app,), prepare=True).fetchall()
 
-    sql_history = store._sql
-
+    payloads = fetched.payloads
+    ids = fetched.ids
     calls: dict[str, Callable[[], object]] = {
         "load_window(app, 50), now": lambda: store.load_window(app, WINDOW),
-        "load_window, before (replayed)": before,
+        "load_window, before (Core read, every row decoded)": before,
         f"raw driver, {limit} rows": raw_read,
-        f"SQL fetch of {limit} rows (pool, statement, driver), now": lambda: sql_history.fetch(
-            app, RowRequest(limit)
+        f"DBAPI read of {limit} rows + summary (pool, SQL), now": lambda: read_rows(
+            store.engine, sql, args
         ),
-        f"decode {limit} payloads (pydantic)": lambda: [
-            decode_payload(r.payload, r.id) for r in rows
+        f"Core read of {limit} rows + summary (pool, SQL), before": lambda: (
+            core_history.fetch(app, request).ids
+        ),
+        f"decode {WINDOW} payloads (the window's rows), now": lambda: [
+            decode_payload(p, i) for i, p in zip(ids[-WINDOW:], payloads[-WINDOW:], strict=True)
         ],
-        "edge check (select_window)": lambda: select_window(
-            decoded, WINDOW, history_complete=False
+        f"decode {len(ids)} payloads (every fetched row), before": lambda: [
+            decode_payload(p, i) for i, p in zip(ids, payloads, strict=True)
+        ],
+        f"edge check (select_window over {WINDOW} rows)": lambda: select_window(
+            newest, WINDOW, history_complete=False
         ),
-        "build the statement per call (before)": lambda: newest_rows_query(app, RowRequest(limit)),
     }
     samples = dict(
         zip(calls, time_interleaved(list(calls.values()), warmup=20, rounds=rounds), strict=True)
     )
+    core_engine.dispose()
     if name != "sqlite":
-        old_engine.dispose()
         praw.close()
     else:
         raw.close()
     return _table(f"{name}: load_window(app, 50)", samples, "load_window(app, 50), now")
+
+
+def _no_op(*_args: Any) -> None:
+    """A statement listener: an engine with one runs the loader's reads through Core."""
 
 
 def write_breakdown(name: str, url: str, store: MemoryStore, run_id: str, rounds: int) -> str:

@@ -10,9 +10,10 @@ tool group needs the one extra bounded read) exists once::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
+from memstore.core.rows import FetchedRows
 from memstore.core.summary import SummaryRole, is_summary, summary_info, window_summary
 from memstore.core.window import StoredMessage, Window, select_window, with_summary
 from memstore.messages import Message
@@ -43,7 +44,67 @@ class RowRequest:
     summary: bool = False
 
 
-WindowSteps = Generator[RowRequest, list[StoredMessage], Window]
+Rows = Sequence[StoredMessage]
+"""What a fetch sends back: chronological rows (a :class:`FetchedRows` decodes lazily)."""
+
+WindowSteps = Generator[RowRequest, Rows, Window]
+
+SUFFIX_MARGIN_ROWS = 4
+"""Rows :func:`select_lazily` decodes beyond the window's size at first, so a tool group
+crossing the window's edge (a request and its results) is usually inside the first try (in
+the benchmark data set a third of the windows needed a second try without them, none with)."""
+SUFFIX_STEP_ROWS = 8
+"""How many more rows :func:`select_lazily` decodes when a tool group reaches past the suffix
+it tried (parallel calls of one group are rarely more)."""
+
+
+def select_lazily(
+    rows: Rows,
+    max_messages: int,
+    *,
+    start_at_user: bool,
+    history_complete: bool,
+    first_try: int,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[Message], int] | None = None,
+) -> Window:
+    """:func:`select_window` over ``rows``, deciding from the newest rows alone when they can.
+
+    ``select_window`` of a suffix of the rows, told the history may go on before it, either
+    says it needs older rows or returns the window it would return for all the rows: the
+    units it visited hold no result whose request lies before the suffix, so the older rows
+    add only units older than where it stopped. So the suffix (``first_try`` rows and
+    :data:`SUFFIX_MARGIN_ROWS`, growing while a tool group reaches past it) decides, and only
+    its rows are decoded (a :class:`FetchedRows` decodes on access). Only
+    ``stats.duplicate_results_skipped`` may count fewer (duplicates among rows it never read).
+    """
+    size = first_try + SUFFIX_MARGIN_ROWS
+    total = len(rows)
+    if isinstance(rows, FetchedRows) and first_try > 0:
+        while size < total:
+            window = select_window(
+                rows.tail(size),
+                max_messages,
+                start_at_user=start_at_user,
+                history_complete=False,
+                max_tokens=max_tokens,
+                count_tokens=count_tokens,
+            )
+            if not window.needs_older_rows:
+                return window
+            size += max(SUFFIX_STEP_ROWS, size // 4)
+    return select_window(
+        rows,
+        max_messages,
+        start_at_user=start_at_user,
+        history_complete=history_complete,
+        max_tokens=max_tokens,
+        count_tokens=count_tokens,
+    )
+
+
+def _first_id(rows: Rows) -> int:
+    return rows.ids[0] if isinstance(rows, FetchedRows) else rows[0].id
 
 
 def window_steps(
@@ -105,25 +166,30 @@ class _Opener:
     def first(self, limit: int) -> RowRequest:
         return RowRequest(limit, summary=self.role is not None)
 
-    def take(self, rows: list[StoredMessage], limit: int) -> tuple[list[StoredMessage], bool]:
+    def take(self, rows: Rows, limit: int) -> tuple[Rows, bool]:
         """The first read's window rows (after the covered range) and whether the rows of the
         window are all there (the read came back short, or reached the covered range)."""
-        plain = [row for row in rows if not is_summary(row.message)]
+        plain: Rows
+        if isinstance(rows, FetchedRows):
+            plain, summaries = rows.without_summaries()
+        else:
+            plain = [row for row in rows if not is_summary(row.message)]
+            summaries = [row for row in rows if is_summary(row.message)]
         complete = len(plain) < limit
-        if self.role is None or len(plain) == len(rows):
+        if self.role is None or not summaries:
             return plain, complete
-        summary = (
-            rows[-1]
-            if is_summary(rows[-1].message)
-            else next(row for row in reversed(rows) if is_summary(row.message))
-        )
+        summary = summaries[-1]
         info = summary_info(summary.message)
         if info is None:
             return plain, complete
         self.floor = info.last_id
         self.opener_id = summary.id
         self.opener = window_summary(summary.id, summary.message, self.role)
-        after = [row for row in plain if row.id > info.last_id]
+        after: Rows = (
+            plain.after(info.last_id)
+            if isinstance(plain, FetchedRows)
+            else [row for row in plain if row.id > info.last_id]
+        )
         return after, complete or len(after) < len(plain)
 
     def messages(self, max_messages: int) -> int:
@@ -148,13 +214,17 @@ def _message_steps(
     limit = max_messages + lookahead
     rows, complete = found.take((yield found.first(limit)), limit)
     max_messages = found.messages(max_messages)
-    window = select_window(
-        rows, max_messages, start_at_user=start_at_user, history_complete=complete
+    window = select_lazily(
+        rows,
+        max_messages,
+        start_at_user=start_at_user,
+        history_complete=complete,
+        first_try=max_messages,
     )
     if window.needs_older_rows and rows:
-        older = yield RowRequest(widen_limit, before_id=rows[0].id, after_id=found.floor)
+        older = yield RowRequest(widen_limit, before_id=_first_id(rows), after_id=found.floor)
         window = select_window(
-            older + rows, max_messages, start_at_user=start_at_user, history_complete=True
+            [*older, *rows], max_messages, start_at_user=start_at_user, history_complete=True
         )
     return window
 
@@ -175,17 +245,20 @@ def _token_steps(
     cap = target + lookahead
     guess = max(1, -(-max_tokens // TOKENS_PER_ROW_GUESS))
     limit = min(target, guess) + lookahead
-    rows, complete = found.take((yield found.first(limit)), limit)
+    first: Rows
+    first, complete = found.take((yield found.first(limit)), limit)
     target = found.messages(target)
     budget = found.tokens(max_tokens)
     floor = found.floor
+    rows: Rows = first
 
     def select(history_complete: bool) -> Window:
-        return select_window(
+        return select_lazily(
             rows,
             target,
             start_at_user=start_at_user,
             history_complete=history_complete,
+            first_try=len(rows) - lookahead,
             max_tokens=budget,
             count_tokens=count_tokens,
         )
@@ -195,15 +268,16 @@ def _token_steps(
         if complete or not window.needs_older_rows or not rows:
             return window
         if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
-            rows = (yield RowRequest(widen_limit, before_id=rows[0].id, after_id=floor)) + rows
+            older = yield RowRequest(widen_limit, before_id=_first_id(rows), after_id=floor)
+            rows = [*older, *rows]
             return select(True)
         size = min(max(len(rows), widen_limit), cap - len(rows))
-        older = yield RowRequest(size, before_id=rows[0].id, after_id=floor)
+        older = yield RowRequest(size, before_id=_first_id(rows), after_id=floor)
         complete = len(older) < size
-        rows = older + rows
+        rows = [*older, *rows]
 
 
-def run_steps(steps: WindowSteps, fetch: Callable[[RowRequest], list[StoredMessage]]) -> Window:
+def run_steps(steps: WindowSteps, fetch: Callable[[RowRequest], Rows]) -> Window:
     """Drive ``steps`` with a synchronous ``fetch``."""
     try:
         request = next(steps)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from operator import itemgetter
+from typing import Any, overload
 
 from pydantic import ValidationError
 
 from memstore.core.crypto import DISPLAY_CONTENT, ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.display import DisplayDraft
 from memstore.core.summary import is_summary
+from memstore.core.window import StoredMessage
 from memstore.errors import StorageError
 from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
 
@@ -37,10 +40,15 @@ def encode_payload(message: Message) -> str:
     return message.model_dump_json()
 
 
+_VALIDATE_JSON = MESSAGE_ADAPTER.validator.validate_json
+"""The schema validator's own ``validate_json`` (the adapter's wrapper costs ~10% of a row)."""
+
+
 def decode_payload(payload: str, row_id: int) -> Message:
     """Parse a payload column back into a message; a corrupt row is a ``StorageError``."""
     try:
-        return MESSAGE_ADAPTER.validate_json(payload, context=STORED)
+        message: Message = _VALIDATE_JSON(payload, context=STORED)
+        return message
     except (ValidationError, ValueError) as error:
         # ``from None``: the validation error quotes the payload, i.e. chat text.
         raise StorageError(
@@ -66,6 +74,111 @@ def decode_row(cipher: RowCipher, app_id: str, row_id: int, payload: str) -> Mes
                 cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id)  # raises, naming the key
             raise
     return decode_payload(cipher.open(payload, ORIGINAL_PAYLOAD, app_id, row_id), row_id)
+
+
+_FIRST = itemgetter(0)
+
+
+class FetchedRows(Sequence[StoredMessage]):
+    """The rows of one loader read (chronological), each decoded on first use.
+
+    A window of ``n`` messages is mostly decided by its newest ``n`` rows; the look-ahead rows
+    read with them are decoded only when the edge check needs them (see
+    :func:`memstore.core.loader.select_lazily`). ``kinds`` are the rows' ``message_type``
+    column values (summary rows are told apart without decoding them).
+    """
+
+    __slots__ = ("_app_id", "_cipher", "_decoded", "ids", "kinds", "payloads")
+
+    def __init__(
+        self,
+        ids: list[int],
+        payloads: list[str],
+        kinds: list[str],
+        cipher: RowCipher,
+        app_id: str,
+    ) -> None:
+        self.ids = ids
+        self.payloads = payloads
+        self.kinds = kinds
+        self._cipher = cipher
+        self._app_id = app_id
+        self._decoded: list[StoredMessage | None] = [None] * len(ids)
+
+    @classmethod
+    def from_rows(
+        cls, rows: Sequence[Sequence[Any]], cipher: RowCipher, app_id: str
+    ) -> FetchedRows:
+        """``(id, payload, message_type)`` rows in any order, sorted by id."""
+        if not rows:
+            return cls([], [], [], cipher, app_id)
+        ids, payloads, kinds = zip(*sorted(rows, key=_FIRST), strict=True)
+        return cls(list(ids), list(payloads), list(kinds), cipher, app_id)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> StoredMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> FetchedRows: ...
+
+    def __getitem__(self, index: int | slice) -> StoredMessage | FetchedRows:
+        if isinstance(index, slice):
+            return self.subset(range(len(self.ids))[index])
+        row = self._decoded[index]
+        if row is None:
+            row_id = self.ids[index]
+            message = decode_row(self._cipher, self._app_id, row_id, self.payloads[index])
+            row = self._decoded[index] = StoredMessage(row_id, message)
+        return row
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        for index in range(len(self.ids)):
+            yield self[index]
+
+    def tail(self, count: int) -> list[StoredMessage]:
+        """The newest ``count`` rows, decoded."""
+        decoded = self._decoded
+        start = max(0, len(decoded) - count)
+        if not self._cipher.enabled:
+            ids, payloads = self.ids, self.payloads
+            try:
+                for index in range(start, len(decoded)):
+                    if decoded[index] is None:
+                        message: Message = _VALIDATE_JSON(payloads[index], context=STORED)
+                        decoded[index] = StoredMessage(ids[index], message)
+            except (ValidationError, ValueError):
+                pass  # the row's own decode below raises the typed error
+        rows = [row for row in decoded[start:] if row is not None]
+        if len(rows) == len(decoded) - start:
+            return rows
+        return [self[index] for index in range(start, len(decoded))]
+
+    def subset(self, positions: Sequence[int]) -> FetchedRows:
+        """The rows at ``positions`` (ascending), sharing what is already decoded."""
+        out = FetchedRows(
+            [self.ids[i] for i in positions],
+            [self.payloads[i] for i in positions],
+            [self.kinds[i] for i in positions],
+            self._cipher,
+            self._app_id,
+        )
+        out._decoded = [self._decoded[i] for i in positions]
+        return out
+
+    def without_summaries(self) -> tuple[FetchedRows, list[StoredMessage]]:
+        """The plain rows (undecoded) and the summary rows (decoded)."""
+        summaries = [i for i, kind in enumerate(self.kinds) if kind == SUMMARY]
+        if not summaries:
+            return self, []
+        plain = [i for i, kind in enumerate(self.kinds) if kind != SUMMARY]
+        return self.subset(plain), [self[i] for i in summaries]
+
+    def after(self, row_id: int) -> FetchedRows:
+        """The rows with an id above ``row_id`` (undecoded)."""
+        return self.subset([i for i, value in enumerate(self.ids) if value > row_id])
 
 
 def open_content(cipher: RowCipher, app_id: str, row_id: int, content: str) -> str:

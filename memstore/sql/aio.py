@@ -19,7 +19,7 @@ from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.window import StoredMessage
+from memstore.core.rows import FetchedRows
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.engine import (
@@ -31,6 +31,7 @@ from memstore.sql.engine import (
     sqlite_options,
     translated_errors,
 )
+from memstore.sql.fastread import aread_rows, async_fast_reads, window_read
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     NEWEST_IDS,
@@ -43,7 +44,6 @@ from memstore.sql.repository import (
     purge_statements,
     request_scan_query,
     requested_ids_in,
-    rows_to_messages,
     window_rows_statement,
 )
 from memstore.sql.schema import display, original
@@ -149,15 +149,26 @@ class AsyncSqlHistory:
         self.cipher = cipher
         self._read_options = read_options(engine.sync_engine)
 
-    async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
-        statement, params = window_rows_statement(app_id, request)
-
-        async def work(conn: AsyncConnection) -> list[Any]:
-            return list((await conn.execute(statement, params)).all())
-
+    async def fetch(self, app_id: str, request: RowRequest) -> FetchedRows:
+        """See :meth:`memstore.sql.repository.SqlHistory.fetch` (the DBAPI path runs on the
+        driver's own connection: :func:`~memstore.sql.fastread.aread_rows`)."""
         with translated_errors("reading history"):
-            rows = await aread_retrying(self.engine, work, **self._read_options)
-        return rows_to_messages(rows, app_id, self.cipher)
+            if async_fast_reads(self.engine):
+                sql, args = window_read(self.engine.dialect, app_id, request)
+                try:
+                    rows = await aread_rows(self.engine, sql, args)
+                except DBAPIError as error:
+                    if not is_dead_connection(error):
+                        raise
+                    rows = await aread_rows(self.engine, sql, args)
+            else:
+                statement, params = window_rows_statement(app_id, request)
+
+                async def work(conn: AsyncConnection) -> list[Any]:
+                    return list((await conn.execute(statement, params)).all())
+
+                rows = await aread_retrying(self.engine, work, **self._read_options)
+        return FetchedRows.from_rows(rows, self.cipher, app_id)
 
     async def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None

@@ -119,6 +119,17 @@ def read_retrying(engine: Engine, work: Callable[[Connection], T], **options: An
         return work(conn)
 
 
+def dbapi_retrying(work: Callable[[], T]) -> T:
+    """:func:`read_retrying` for a read that checks out its own connection (see
+    :mod:`memstore.sql.fastread`): once more when it found its connection dead."""
+    try:
+        return work()
+    except DBAPIError as error:
+        if not is_dead_connection(error):
+            raise
+    return work()
+
+
 def write_retrying(engine: Engine, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in one transaction; once more when a statement before the commit finds
     the connection dead (the server dropped the transaction with it, so nothing was written).

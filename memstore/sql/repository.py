@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +15,26 @@ from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.rows import SUMMARY, TOOL_REQUEST, decode_row, open_content, open_payload
+from memstore.core.rows import (
+    SUMMARY,
+    TOOL_REQUEST,
+    FetchedRows,
+    decode_row,
+    open_content,
+    open_payload,
+)
 from memstore.core.window import StoredMessage
 from memstore.errors import CompactionConflictError
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
-from memstore.sql.engine import read_options, read_retrying, translated_errors, write_retrying
+from memstore.sql.engine import (
+    dbapi_retrying,
+    read_options,
+    read_retrying,
+    translated_errors,
+    write_retrying,
+)
+from memstore.sql.fastread import fast_reads, read_rows, window_read
 from memstore.sql.generation import GenerationStep
 from memstore.sql.schema import (
     adk_state,
@@ -95,12 +109,13 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
 
 
 @functools.cache
-def _window_statement(before: bool, after: bool, summary: bool) -> Any:
+def window_statement(before: bool, after: bool, summary: bool) -> Any:
     """The loader's read of one shape, built once with bound parameters (building the
-    ``UNION ALL`` of two subqueries per call costs more than running it)."""
+    ``UNION ALL`` of two subqueries per call costs more than running it): rows of
+    ``(id, payload, message_type)``, the type telling summary rows apart undecoded."""
     app = sa.bindparam("w_app", type_=original.c.app_id.type)
     query = (
-        sa.select(original.c.id, original.c.payload)
+        sa.select(original.c.id, original.c.payload, original.c.message_type)
         .where(
             in_app(original, app),
             original.c.is_deleted == sa.false(),
@@ -116,7 +131,7 @@ def _window_statement(before: bool, after: bool, summary: bool) -> Any:
     if not summary:
         return query
     newest_summary = (
-        sa.select(original.c.id, original.c.payload)
+        sa.select(original.c.id, original.c.payload, original.c.message_type)
         .where(
             original.c.app_id == app,
             original.c.message_type == SUMMARY,
@@ -128,15 +143,15 @@ def _window_statement(before: bool, after: bool, summary: bool) -> Any:
     )
     rows = query.subquery()
     return sa.union_all(
-        sa.select(rows.c.id, rows.c.payload),
-        sa.select(newest_summary.c.id, newest_summary.c.payload),
+        sa.select(rows.c.id, rows.c.payload, rows.c.message_type),
+        sa.select(newest_summary.c.id, newest_summary.c.payload, newest_summary.c.message_type),
     )
 
 
 def window_rows_statement(app_id: str, request: RowRequest) -> tuple[Any, dict[str, Any]]:
     """The statement and parameters of one loader read (:func:`newest_rows_query`'s rows,
     cached per shape)."""
-    statement = _window_statement(
+    statement = window_statement(
         request.before_id is not None, request.after_id is not None, request.summary
     )
     params: dict[str, Any] = {"w_app": app_id, "w_limit": request.limit}
@@ -344,16 +359,23 @@ class SqlHistory:
         self.cipher = cipher
         self._read_options = read_options(engine)
 
-    def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
-        """Rows for the loader, chronological: one statement, all rows in one fetch."""
-        statement, params = window_rows_statement(app_id, request)
+    def fetch(self, app_id: str, request: RowRequest) -> FetchedRows:
+        """Rows for the loader, chronological, decoded as the loader uses them: one
+        statement, all rows in one fetch (on the DBAPI connection where
+        :func:`~memstore.sql.fastread.fast_reads` allows, else through Core)."""
+        rows: Sequence[Sequence[Any]]
         with translated_errors("reading history"):
-            rows = read_retrying(
-                self.engine,
-                lambda conn: conn.execute(statement, params).all(),
-                **self._read_options,
-            )
-        return rows_to_messages(rows, app_id, self.cipher)
+            if fast_reads(self.engine):
+                sql, args = window_read(self.engine.dialect, app_id, request)
+                rows = dbapi_retrying(lambda: read_rows(self.engine, sql, args))
+            else:
+                statement, params = window_rows_statement(app_id, request)
+                rows = read_retrying(
+                    self.engine,
+                    lambda conn: conn.execute(statement, params).all(),
+                    **self._read_options,
+                )
+        return FetchedRows.from_rows(rows, self.cipher, app_id)
 
     def insert(
         self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None

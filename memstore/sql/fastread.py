@@ -1,0 +1,262 @@
+"""The loader's window read on the pooled DBAPI connection (SQLite, PostgreSQL).
+
+A window read is one statement of four shapes. SQLAlchemy Core spends more executing it (the
+compiled-cache lookup, an execution context, result wrapping) than SQLite spends running it,
+so here each shape is compiled once per dialect into its SQL string and parameter order and
+run on the pooled DBAPI connection, its rows plain tuples. What Core would add is kept:
+
+* the engine's pool: checkout (its events: the idle ping), return (the reset on return is
+  skipped only when no transaction is open: SQLite outside one, PostgreSQL in autocommit);
+* PostgreSQL reads in autocommit (no ``BEGIN``/``ROLLBACK`` round trips), as
+  :func:`~memstore.sql.engine.read_options` asks of Core;
+* a driver error becomes SQLAlchemy's ``DBAPIError`` with ``connection_invalidated`` set by the
+  dialect's disconnect test, and a disconnect invalidates the pool's connections of that
+  generation, as Core does; :func:`~memstore.sql.engine.translated_errors` then raises the same
+  typed :class:`~memstore.errors.StorageError`, and the dead-connection retry works unchanged.
+
+Engines with statement events or SQL logging (instrumentation, tests counting statements),
+and other drivers (MySQL/MariaDB), take the Core path, so listeners see every read.
+The async store runs the statement on the driver's own connection (asyncpg, psycopg,
+aiosqlite: one call; one thread hop for aiosqlite where Core takes several). Server-side
+prepared statements are the drivers' own (psycopg prepares a statement from its fifth run on a
+connection, asyncpg caches them; both settings stay the user's, e.g. off behind PgBouncer).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
+
+from memstore.core.loader import RowRequest
+
+SYNC_DRIVERS = frozenset({("sqlite", "pysqlite"), ("postgresql", "psycopg")})
+ASYNC_DRIVERS = frozenset(
+    {("sqlite", "aiosqlite"), ("postgresql", "psycopg"), ("postgresql", "asyncpg")}
+)
+
+Args = tuple[Any, ...] | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRead:
+    """One statement compiled for one dialect: its SQL and how to lay out its parameters."""
+
+    sql: str
+    names: tuple[str, ...]
+    """The parameter names in placeholder order (positional paramstyles), else ``()``."""
+    constants: dict[str, Any]
+    """The statement's own bound values (literals SQLAlchemy binds), processed."""
+    processors: dict[str, Callable[[Any], Any]]
+
+    def args(self, values: dict[str, Any]) -> Args:
+        params = dict(self.constants)
+        for name, value in values.items():
+            processor = self.processors.get(name)
+            params[name] = value if processor is None else processor(value)
+        if self.names:
+            return tuple(params[name] for name in self.names)
+        return params
+
+
+def compile_read(statement: Any, dialect: Dialect, sample: dict[str, Any]) -> CompiledRead:
+    """Compile ``statement`` for ``dialect``; ``sample`` names its variable parameters."""
+    compiled = statement.compile(dialect=dialect)
+    if compiled.literal_execute_params or compiled.post_compile_params:
+        raise ValueError("statement needs per-call rendering")
+    processors = dict(compiled._bind_processors)
+    params = compiled.construct_params(sample)
+    constants = {
+        name: (processors[name](value) if name in processors else value)
+        for name, value in params.items()
+        if name not in sample
+    }
+    names = tuple(compiled.positiontup or ()) if dialect.positional else ()
+    return CompiledRead(compiled.string, names, constants, processors)
+
+
+@functools.lru_cache(maxsize=64)
+def _window_read(dialect: Dialect, before: bool, after: bool, summary: bool) -> CompiledRead:
+    from memstore.sql.repository import window_statement
+
+    statement = window_statement(before, after, summary)
+    sample = {"w_app": "", "w_limit": 1}
+    if before:
+        sample["w_before"] = 0
+    if after:
+        sample["w_after"] = 0
+    return compile_read(statement, dialect, sample)
+
+
+def window_read(dialect: Dialect, app_id: str, request: RowRequest) -> tuple[str, Args]:
+    """The SQL and DBAPI parameters of the loader read ``request`` on ``dialect``."""
+    compiled = _window_read(
+        dialect, request.before_id is not None, request.after_id is not None, request.summary
+    )
+    values: dict[str, Any] = {"w_app": app_id, "w_limit": request.limit}
+    if request.before_id is not None:
+        values["w_before"] = request.before_id
+    if request.after_id is not None:
+        values["w_after"] = request.after_id
+    return compiled.sql, compiled.args(values)
+
+
+def _plain_engine(engine: Engine) -> bool:
+    """No statement events, dialect events or SQL logging that a DBAPI call would skip."""
+    return not (
+        engine._has_events
+        or engine.dialect._has_events
+        or engine.echo
+        or engine.logger.isEnabledFor(logging.INFO)
+    )
+
+
+def fast_reads(engine: Engine, drivers: frozenset[tuple[str, str]] = SYNC_DRIVERS) -> bool:
+    """Whether the loader's reads on ``engine`` may take the DBAPI path (checked per read:
+    a listener added later sends reads back through Core)."""
+    dialect = engine.dialect
+    return (dialect.name, dialect.driver) in drivers and _plain_engine(engine)
+
+
+# -- sync ---------------------------------------------------------------------------------------
+
+
+def _wrapped(
+    engine: Engine, fairy: PoolProxiedConnection, error: BaseException, sql: str, args: Args
+) -> BaseException:
+    """What Core raises for ``error`` (a driver exception) on ``fairy``; hands the connection
+    back (invalidating the pool's connections of its generation on a disconnect). Must run
+    where the driver may do I/O (in a greenlet for async drivers)."""
+    dialect = engine.dialect
+    dbapi_error = dialect.loaded_dbapi.Error
+    if not isinstance(error, dbapi_error):
+        # a cancellation or a bug mid-statement: the connection's state is unknown
+        fairy.invalidate(error)
+        return error
+    try:
+        disconnect = bool(dialect.is_disconnect(error, fairy.dbapi_connection, None))
+    except Exception:
+        disconnect = True
+    if disconnect:
+        engine.pool._invalidate(fairy, error)
+    else:
+        try:
+            if dialect.name == "postgresql":
+                connection: Any = fairy.dbapi_connection
+                connection.autocommit = False  # as the pool handed it out
+            fairy.close()  # rollback on return
+        except Exception:
+            fairy.invalidate(error)
+    return DBAPIError.instance(
+        sql,
+        args,
+        error,
+        dbapi_error,
+        hide_parameters=engine.hide_parameters,
+        connection_invalidated=disconnect,
+        dialect=dialect,
+    )
+
+
+def _checkout(engine: Engine) -> PoolProxiedConnection:
+    try:
+        return engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as error:
+        Connection._handle_dbapi_exception_noconnection(error, engine.dialect, engine)
+
+
+def _release(fairy: PoolProxiedConnection, idle: bool) -> None:
+    """Return ``fairy`` to the pool; without the reset round trip when ``idle`` (no
+    transaction open on it)."""
+    close_special = getattr(fairy, "_close_special", None)
+    if idle and close_special is not None:
+        close_special(transaction_reset=True)
+    else:
+        fairy.close()
+
+
+def read_rows(engine: Engine, sql: str, args: Args) -> list[Sequence[Any]]:
+    """Run ``sql`` on a pooled connection of ``engine`` (pysqlite or psycopg); its rows."""
+    fairy = _checkout(engine)
+    dbapi: Any = fairy.dbapi_connection
+    postgres = engine.dialect.name == "postgresql"
+    try:
+        if postgres:
+            dbapi.autocommit = True
+            cursor = dbapi.cursor()
+            try:
+                rows = cursor.execute(sql, args).fetchall()
+            finally:
+                cursor.close()
+            dbapi.autocommit = False
+            idle = True
+        else:
+            cursor = dbapi.cursor()
+            try:
+                rows = cursor.execute(sql, args).fetchall()
+            finally:
+                cursor.close()
+            idle = not dbapi.in_transaction
+    except BaseException as error:
+        wrapped = _wrapped(engine, fairy, error, sql, args)
+        if wrapped is error:
+            raise
+        raise wrapped from error
+    _release(fairy, idle)
+    return rows  # type: ignore[no-any-return]
+
+
+# -- async --------------------------------------------------------------------------------------
+
+
+def async_fast_reads(engine: AsyncEngine) -> bool:
+    """:func:`fast_reads` for an async engine."""
+    return fast_reads(engine.sync_engine, ASYNC_DRIVERS)
+
+
+async def aread_rows(engine: AsyncEngine, sql: str, args: Args) -> list[Sequence[Any]]:
+    """:func:`read_rows` on the driver's own asyncio connection (asyncpg, psycopg, aiosqlite)."""
+    sync_engine = engine.sync_engine
+    fairy = await greenlet_spawn(_checkout, sync_engine)
+    adapted: Any = fairy.dbapi_connection
+    driver: Any = fairy.driver_connection
+    name = sync_engine.dialect.driver
+    idle = True
+    try:
+        try:
+            if name == "asyncpg":
+                # outside a transaction: asyncpg runs the statement as its own (autocommit)
+                rows: list[Any] = await driver.fetch(sql, *args)
+            elif name == "psycopg":
+                await driver.set_autocommit(True)
+                cursor = driver.cursor()
+                try:
+                    await cursor.execute(sql, args)
+                    rows = await cursor.fetchall()
+                finally:
+                    await cursor.close()
+                await driver.set_autocommit(False)
+            else:  # aiosqlite: execute and fetch in one hop to its thread
+                rows = list(await driver.execute_fetchall(sql, args))
+                idle = not driver.in_transaction
+        except Exception as error:
+            adapted._handle_exception(error)  # the dialect's DBAPI exception for it
+            raise
+    except BaseException as error:
+        wrapped = await greenlet_spawn(_wrapped, sync_engine, fairy, error, sql, args)
+        if wrapped is error:
+            raise
+        raise wrapped from error
+    if idle:
+        _release(fairy, True)
+    else:
+        await greenlet_spawn(fairy.close)
+    return rows

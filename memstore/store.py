@@ -63,7 +63,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, WindowEntry, answer_open_group
+from memstore.core.window import Window, WindowEntry
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -410,13 +410,16 @@ class MemoryStore(StoreBase):
         return self._compaction_report(app, plan, ids[0], text)
 
     def _cached_window(self, app_id: str) -> list[Message]:
-        """The app's cached window as reads serve it before any token budget."""
+        """The app's window as reads serve it before any token budget: the cached one (stale
+        windows dropped first, an in-process one checked against the app's generation), or
+        on a miss the window rebuilt from SQL (``reload_max`` messages) and cached."""
+        self._drop_stale_windows()
         generation = self._generation(app_id)
         cached = self.cache.read(app_id)
-        if cached.messages is not None and cached.generation == generation:
-            return answer_open_group(cached.messages)
-        messages, _ = self._rebuild(app_id, self.settings.reload_max, cached.version, generation)
-        return messages
+        served = self._served(cached, generation)
+        if served is not None:
+            return served
+        return self._rebuild(app_id, self.settings.reload_max, cached.version, generation)[0]
 
     def _write(
         self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
@@ -813,16 +816,7 @@ class ChatMemory:
         (looked up at most every half of ``stale_window_max_seconds``).
         """
         budget, policy = self._store._token_budget(max_tokens, oversize)
-        self._store._drop_stale_windows()
-        generation = self._store._generation(self.app_id)
-        cached = self._store.cache.read(self.app_id)
-        served = self._store._served(cached, generation)
-        if served is not None:
-            messages = served
-        else:
-            messages, _ = self._store._rebuild(
-                self.app_id, self._store.settings.reload_max, cached.version, generation
-            )
+        messages = self._store._cached_window(self.app_id)
         budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
         return messages if budgeted is None else budgeted.messages
 

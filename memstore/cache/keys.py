@@ -9,6 +9,8 @@ so the tag is never empty, never cut short by a brace, and two apps never share 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 PREFIX = "memstore"
 ESCAPE = "="
 
@@ -51,8 +53,10 @@ def generation_key(app_id: str) -> str:
     return _key(app_id, "generation")
 
 
+@lru_cache(maxsize=4096)
 def app_keys(app_id: str) -> tuple[str, str, str, str, str]:
-    """All keys of one app, in the order the Lua scripts take them."""
+    """All keys of one app, in the order the Lua scripts take them (remembered for the most
+    recently used apps: every cache call needs them)."""
     return (
         window_key(app_id),
         interrupted_key(app_id),

@@ -26,7 +26,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from memstore.cache import keys, scripts
-from memstore.cache.base import CachedWindow, WindowPolicy
+from memstore.cache.base import CachedWindow, WindowMemo, WindowPolicy
 from memstore.core import cache_plan
 from memstore.core.cache_plan import UNAVAILABLE, CacheState, ScriptCall
 from memstore.core.redis_url import RedisTarget, parse_redis_url
@@ -151,6 +151,8 @@ class RedisWindowCache:
             self._use(client)
         self.state = CacheState(retry_after_seconds, metrics)
         """Rest timers and dirty apps (``state.add_dirty_listener`` hooks the dirty event)."""
+        self.memo = WindowMemo()
+        """The windows this process decoded last (a read of an unchanged window serves them)."""
 
     @classmethod
     def from_url(
@@ -249,8 +251,9 @@ class RedisWindowCache:
         return self._scripts[call.script](keys=call.keys, args=call.args)
 
     def read(self, app_id: str) -> CachedWindow:
-        reply = self._run(cache_plan.read_call(app_id))
-        return cache_plan.read_outcome(reply, app_id, self._policy.cipher)
+        memo = self.memo
+        reply = self._run(cache_plan.read_call(app_id, memo.stamp(app_id)))
+        return cache_plan.read_outcome(reply, app_id, self._policy.cipher, memo)
 
     def store(
         self,
@@ -260,10 +263,16 @@ class RedisWindowCache:
         expected_version: str,
         generation: int | None = None,
     ) -> bool:
+        stamp = cache_plan.new_stamp()
         call = cache_plan.store_call(
-            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
+            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation, stamp
         )
-        return call is not None and cache_plan.store_outcome(self._run(call))
+        if call is None:
+            return False
+        stored = cache_plan.store_outcome(self._run(call))
+        if stored:  # this process knows the window it stored: its next read decodes nothing
+            self.memo.put(app_id, stamp, [entry.message for entry in entries])
+        return stored
 
     def append(
         self,
@@ -278,12 +287,15 @@ class RedisWindowCache:
         self._run(cache_plan.append_call(app_id, self._policy, entries, before, after))
 
     def invalidate(self, app_id: str) -> None:
+        self.memo.forget(app_id)
         self._run(cache_plan.invalidate_call(app_id, self._policy))
 
     def purge(self, app_id: str) -> int:
+        self.memo.forget(app_id)
         return cache_plan.purge_outcome(self._run(cache_plan.purge_call(app_id)))
 
     def close(self) -> None:
+        self.memo.clear()
         if self._owns_client:
             if self._client is not None:
                 self._client.close()

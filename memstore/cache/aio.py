@@ -294,16 +294,12 @@ class AsyncRedisWindowCache:
         expected_version: str,
         generation: int | None = None,
     ) -> bool:
-        stamp = cache_plan.new_stamp()
         call = cache_plan.store_call(
-            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation, stamp
+            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
         )
         if call is None:
             return False
-        stored = cache_plan.store_outcome(await self._run(call))
-        if stored:  # this process knows the window it stored: its next read decodes nothing
-            self.memo.put(app_id, stamp, [entry.message for entry in entries])
-        return stored
+        return cache_plan.store_outcome(await self._run(call))
 
     async def append(
         self,

@@ -250,6 +250,63 @@ class RedisWindowCache:
     def _execute(self, call: ScriptCall) -> Any:
         return self._scripts[call.script](keys=call.keys, args=call.args)
 
+    def run_batch(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run ``calls`` (of different apps) in one pipelined round trip; each reply as
+        :meth:`_run` would give it (``None``: failed or skipped, with the same bookkeeping).
+        A cluster client, a resting route or a dirty app runs them one by one instead."""
+        client = self._client
+        if not calls or client is None or isinstance(client, RedisCluster):
+            return [self._run(call) for call in calls]
+        # one route: the first call's step says for all (a dirty app anywhere is replayed)
+        step = self.state.begin(calls[0], "", time.monotonic(), self._route_of)
+        if step is None:  # resting: the first call is skipped and counted, the rest likewise
+            return [None, *(self._run(call) for call in calls[1:])]
+        if step.refresh or step.replay:  # (begin has no side effects when it says go)
+            return [self._run(call) for call in calls]
+        try:
+            pipe = client.pipeline(transaction=False)
+            for call in calls:
+                self._scripts[call.script](keys=call.keys, args=call.args, client=pipe)
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as error:
+            for call in calls:
+                self.state.failed(call, "", error, time.monotonic(), cluster=False)
+            return [None] * len(calls)
+        out: list[Any] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                self.state.failed(call, "", reply, time.monotonic(), cluster=False)
+                out.append(None)
+            else:
+                out.append(reply)
+        if any(reply is not None for reply in out):
+            self.state.succeeded("")
+        return out
+
+    def begin_reloads(self, app_ids: Sequence[str]) -> list[str]:
+        """Drop the windows of ``app_ids`` and read the versions their rebuilds store under
+        (as :meth:`invalidate` then :meth:`read` of each), in one round trip."""
+        calls: list[ScriptCall] = []
+        for app_id in app_ids:
+            self.memo.forget(app_id)
+            calls.append(cache_plan.invalidate_call(app_id, self._policy))
+            calls.append(cache_plan.read_call(app_id))
+        replies = self.run_batch(calls)
+        return [cache_plan.read_outcome(reply).version for reply in replies[1::2]]
+
+    def store_batch(
+        self, windows: Sequence[tuple[str, Sequence[WindowEntry], Sequence[str], str, int | None]]
+    ) -> list[bool]:
+        """:meth:`store` of several apps' windows ``(app_id, entries, synthetic call ids,
+        expected version, generation)`` in one round trip; whether each was stored."""
+        calls = [
+            cache_plan.store_call(app_id, self._policy, version, entries, synthetic, generation)
+            for app_id, entries, synthetic, version, generation in windows
+        ]
+        planned = [call for call in calls if call is not None]
+        replies = iter(self.run_batch(planned))
+        return [call is not None and cache_plan.store_outcome(next(replies)) for call in calls]
+
     def read(self, app_id: str) -> CachedWindow:
         memo = self.memo
         reply = self._run(cache_plan.read_call(app_id, memo.stamp(app_id)))
@@ -263,16 +320,12 @@ class RedisWindowCache:
         expected_version: str,
         generation: int | None = None,
     ) -> bool:
-        stamp = cache_plan.new_stamp()
         call = cache_plan.store_call(
-            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation, stamp
+            app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
         )
         if call is None:
             return False
-        stored = cache_plan.store_outcome(self._run(call))
-        if stored:  # this process knows the window it stored: its next read decodes nothing
-            self.memo.put(app_id, stamp, [entry.message for entry in entries])
-        return stored
+        return cache_plan.store_outcome(self._run(call))
 
     def append(
         self,

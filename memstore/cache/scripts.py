@@ -88,64 +88,74 @@ if #ARGV < 8 then
   redis.call('EXPIRE', KEYS[4], ttl)
   return 1
 end
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+local count = #items
+local kinds = {}
+for k = 1, count do kinds[k] = string.sub(items[k], 1, 1) end
+local held = {}
+local function hold(e)
+  for part in string.gmatch(header(e), '[^\31]+') do held[part] = true end
+end
+for k = 1, count do
+  if kinds[k] == 'R' or kinds[k] == 'T' then hold(items[k]) end
+end
+local first_new = count + 1
 for i = 8, #ARGV do
   local e = ARGV[i]
-  if string.sub(e, 1, 1) == 'T' then
+  local kind = string.sub(e, 1, 1)
+  if kind == 'T' then
     local id = header(e)
     if redis.call('SISMEMBER', KEYS[2], id) == 1 then return invalidate() end
-    local idx = -1
+    local idx = count
     local verdict = nil
     while verdict == nil do
-      local t = redis.call('LINDEX', KEYS[1], idx)
-      if not t then
+      if idx < 1 then
         verdict = 'invalidate'
+      elseif kinds[idx] == 'T' then
+        if header(items[idx]) == id then verdict = 'skip' end
+        idx = idx - 1
+      elseif kinds[idx] == 'R' and requested(header(items[idx]), id) then
+        verdict = 'append'
       else
-        local kind = string.sub(t, 1, 1)
-        if kind == 'T' then
-          if header(t) == id then verdict = 'skip' end
-          idx = idx - 1
-        elseif kind == 'R' and requested(header(t), id) then
-          verdict = 'append'
-        else
-          verdict = 'invalidate'
-        end
+        verdict = 'invalidate'
       end
     end
     if verdict == 'invalidate' then return invalidate() end
-    if verdict == 'append' then redis.call('RPUSH', KEYS[1], e) end
+    if verdict == 'append' then
+      count = count + 1
+      items[count] = e
+      kinds[count] = kind
+      held[id] = true
+    end
   else
     local results = 0
-    local idx = -1
-    local t = redis.call('LINDEX', KEYS[1], idx)
-    while t and string.sub(t, 1, 1) == 'T' do
+    local idx = count
+    while idx >= 1 and kinds[idx] == 'T' do
       results = results + 1
       idx = idx - 1
-      t = redis.call('LINDEX', KEYS[1], idx)
     end
-    if t and string.sub(t, 1, 1) == 'R' then
+    if idx >= 1 and kinds[idx] == 'R' then
       local requested_count = 0
-      for _ in string.gmatch(header(t), '[^\31]+') do requested_count = requested_count + 1 end
+      for _ in string.gmatch(header(items[idx]), '[^\31]+') do
+        requested_count = requested_count + 1
+      end
       if results < requested_count then return invalidate() end
     end
-    if string.sub(e, 1, 1) == 'R' then
-      for _, held in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-        local kind = string.sub(held, 1, 1)
-        if kind == 'R' or kind == 'T' then
-          for part in string.gmatch(header(held), '[^\31]+') do
-            if requested(header(e), part) then return invalidate() end
-          end
-        end
+    if kind == 'R' then
+      for part in string.gmatch(header(e), '[^\31]+') do
+        if held[part] then return invalidate() end
       end
+      hold(e)
     end
-    redis.call('RPUSH', KEYS[1], e)
+    count = count + 1
+    items[count] = e
+    kinds[count] = kind
   end
 end
-local len = redis.call('LLEN', KEYS[1])
 local skip = 0
-local head = redis.call('LINDEX', KEYS[1], 0)
-if head and string.sub(head, 1, 1) == 'M' then skip = 1 end
-local n = len - skip
-local function kind_at(i) return string.sub(redis.call('LINDEX', KEYS[1], skip + i), 1, 1) end
+if count > 0 and kinds[1] == 'M' then skip = 1 end
+local n = count - skip
+local function kind_at(i) return kinds[skip + i + 1] end
 local keep = tonumber(ARGV[2]) - skip
 if keep < 1 then keep = 1 end
 local drop = n - keep
@@ -156,18 +166,17 @@ end
 local budget = tonumber(ARGV[4])
 if budget > 0 and n > 0 then
   if skip == 1 then
-    budget = budget - entry_tokens(head)
+    budget = budget - entry_tokens(items[1])
     if budget < 1 then budget = 1 end
   end
-  local items = redis.call('LRANGE', KEYS[1], skip, -1)
   local total = 0
   local start = n
   local i = n - 1
   while i >= 0 do
     local j = i
-    while j > 0 and string.sub(items[j + 1], 1, 1) == 'T' do j = j - 1 end
+    while j > 0 and kind_at(j) == 'T' do j = j - 1 end
     local cost = 0
-    for k = j, i do cost = cost + entry_tokens(items[k + 1]) end
+    for k = j, i do cost = cost + entry_tokens(items[skip + k + 1]) end
     if start < n and total + cost > budget then break end
     total = total + cost
     start = j
@@ -181,9 +190,12 @@ if ARGV[3] == '1' then
   end
 end
 if drop >= n then return invalidate() end
+for k = first_new, count, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(items, k, math.min(k + 999, count)))
+end
 if drop > 0 then
   redis.call('LTRIM', KEYS[1], skip + drop, -1)
-  if skip == 1 then redis.call('LPUSH', KEYS[1], head) end
+  if skip == 1 then redis.call('LPUSH', KEYS[1], items[1]) end
 end
 redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end

@@ -101,7 +101,7 @@ logger = logging.getLogger("memstore")
 
 T = TypeVar("T")
 
-RELOAD_BATCH = 200
+RELOAD_BATCH = 100
 """Apps per batch of ``memstore reload`` (see :meth:`MemoryStore._reload_batch`)."""
 
 

@@ -2,9 +2,11 @@
 a batch of apps in one statement, and their generations in another.
 
 The first read is the same bounded index read :func:`memstore.sql.repository.newest_rows_query`
-makes for one app, once per app, joined by ``UNION ALL`` (portable: SQLite, PostgreSQL,
-MariaDB/MySQL); each branch stays an index range read with its own ``LIMIT``. The statement
-is built once per batch size and summary shape, the app ids bound as parameters.
+makes for one app, once per app: on PostgreSQL one ``CROSS JOIN LATERAL`` over the array of
+app ids (planned once, an index range read with its own ``LIMIT`` per app); elsewhere (SQLite,
+MariaDB/MySQL, which has no ``LATERAL``) a ``UNION ALL`` of the per-app reads, at most
+:data:`UNION_APPS` apps per statement (a larger union costs more to plan than it saves).
+The statements are built once, the app ids bound as parameters.
 """
 
 from __future__ import annotations
@@ -26,6 +28,32 @@ from memstore.messages import MESSAGE_LIST_ADAPTER, STORED
 from memstore.sql.engine import read_options, read_retrying, translated_errors
 from memstore.sql.repository import in_app, newest_first, rows_to_messages
 from memstore.sql.schema import app_generation, original
+
+UNION_APPS = 25
+"""Apps per ``UNION ALL`` statement (databases without ``LATERAL``)."""
+
+
+@functools.cache
+def _lateral_statement(summary: bool) -> Any:
+    """PostgreSQL: the first read of every app of the array ``:r_apps`` in one statement."""
+    table, c = original.name, original.c
+    rows = (
+        f"SELECT a.app_id, r.id, r.payload FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
+        f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload "
+        f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
+        f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> :r_summary "
+        f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT :r_limit) r"
+    )
+    if summary:
+        rows += (
+            f" UNION ALL SELECT a.app_id, s.id, s.payload "
+            f"FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
+            f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload "
+            f"FROM {table} o WHERE o.{c.app_id.name} = a.app_id "
+            f"AND o.{c.message_type.name} = :r_summary AND o.{c.is_deleted.name} = false "
+            f"ORDER BY o.{c.message_type.name} DESC, o.{c.id.name} DESC LIMIT 1) s"
+        )
+    return sa.text(rows)
 
 
 @functools.cache
@@ -71,12 +99,21 @@ def first_reads(
     of ``apps`` (distinct), in one statement: chronological stored messages per app."""
     if not apps:
         return {}
-    statement = _first_reads_statement(len(apps), request.summary)
-    params: dict[str, Any] = {f"r_app_{i}": app for i, app in enumerate(apps)}
-    params["r_limit"] = request.limit
+    reads: list[tuple[Any, dict[str, Any]]] = []
+    if engine.dialect.name == "postgresql":
+        params = {"r_apps": list(apps), "r_limit": request.limit, "r_summary": SUMMARY}
+        reads.append((_lateral_statement(request.summary), params))
+    else:
+        for start in range(0, len(apps), UNION_APPS):
+            part = apps[start : start + UNION_APPS]
+            params = {f"r_app_{i}": app for i, app in enumerate(part)}
+            params["r_limit"] = request.limit
+            reads.append((_first_reads_statement(len(part), request.summary), params))
     with translated_errors("reading history"):
         rows = read_retrying(
-            engine, lambda conn: conn.execute(statement, params).all(), **read_options(engine)
+            engine,
+            lambda conn: [row for stmt, p in reads for row in conn.execute(stmt, p).all()],
+            **read_options(engine),
         )
     grouped: dict[str, list[Any]] = {app: [] for app in apps}
     for row in rows:

@@ -39,6 +39,18 @@ from memstore.metrics import Metrics
 AsyncClient = aioredis.Redis | RedisCluster
 T = TypeVar("T")
 
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the sync client packs with hiredis by itself; the asyncio one does not
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - without the `fast` extra
+    _hiredis_pack = None
+
+
+def _pack(connection: Any, args: tuple[Any, ...]) -> list[bytes]:
+    if _hiredis_pack is not None:
+        return [_hiredis_pack(args)]
+    return list(connection.pack_command(*args))
+
 
 async def _within(seconds: float | None, work: Coroutine[Any, Any, T]) -> T:
     """``work``, cancelled after ``seconds`` (``asyncio.timeout``: no extra task per call)."""
@@ -261,9 +273,7 @@ class AsyncRedisWindowCache:
         pool = client.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            command = connection.pack_command(
-                "EVALSHA", sha, len(call.keys), *call.keys, *call.args
-            )
+            command = _pack(connection, ("EVALSHA", sha, len(call.keys), *call.keys, *call.args))
             return await _within(self._timeout, self._exchange(connection, command))
         except aioredis.ResponseError:
             raise  # the reply was read whole: the connection stays usable

@@ -410,9 +410,8 @@ class AsyncMemoryStore(StoreBase):
         served = self._served(cached, generation)
         if served is not None:
             return served
-        return (await self._rebuild(app_id, self.settings.reload_max, cached.version, generation))[
-            0
-        ]
+        limit = self.settings.reload_max
+        return (await self._rebuild(app_id, limit, cached.version, generation))[0]
 
     async def _write(
         self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]

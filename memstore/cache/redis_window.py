@@ -274,12 +274,12 @@ class RedisWindowCache:
             return [None] * len(calls)
         out: list[Any] = []
         for call, reply in zip(calls, replies, strict=True):
-            if isinstance(reply, Exception):
+            if isinstance(reply, Exception):  # the route rests, as after a failed single call
                 self.state.failed(call, "", reply, time.monotonic(), cluster=False)
                 out.append(None)
             else:
                 out.append(reply)
-        if any(reply is not None for reply in out):
+        if all(not isinstance(reply, Exception) for reply in replies):
             self.state.succeeded("")
         return out
 

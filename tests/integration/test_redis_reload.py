@@ -124,3 +124,31 @@ def test_a_batch_reload_without_redis_reloads_one_by_one(engine: Engine) -> None
             (f"{run}-a", 2, False),
             (f"{run}-b", 0, False),
         ]
+
+
+def test_a_batch_reload_with_redis_down_caches_nothing_and_never_raises(engine: Engine) -> None:
+    import redis
+
+    from memstore.cache.redis_window import client_options
+    from tests.integration.conftest import free_port
+
+    run = f"rd-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+        reload_max=WINDOW,
+    )
+    down = redis.Redis(host="127.0.0.1", port=free_port(), **client_options(0.2))
+    cache = RedisWindowCache(down, WindowPolicy.from_settings(settings), owns_client=True)
+    with MemoryStore(settings, engine=engine, cache=cache) as store:
+        store.append(f"{run}-a", [UserMessage(text="hi"), AiMessage(text="hello")])
+        reports = store._reload_batch([f"{run}-a", f"{run}-b"])
+        assert [(r.app_id, r.messages, r.cached) for r in reports] == [
+            (f"{run}-a", 2, False),
+            (f"{run}-b", 0, False),
+        ]
+        assert set(cache.state.dirty_apps()) >= {f"{run}-a", f"{run}-b"}  # drops owed
+        cache.state = type(cache.state)(0.0)  # no rest: the batch itself meets the refusal
+        reports = store._reload_batch([f"{run}-a", f"{run}-b"])
+        assert [r.cached for r in reports] == [False, False]
+        assert set(cache.state.dirty_apps()) == {f"{run}-a", f"{run}-b"}

@@ -76,6 +76,7 @@ from memstore.core.rows import decode_payload, encode_payload, message_type
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.schema import original
+from memstore.store import RELOAD_BATCH
 
 WINDOW = 50
 WRITERS = 8
@@ -906,6 +907,12 @@ def hot(
     res.check(measure, "async / sync", f"<= {ASYNC_MAX}x", value, value <= ASYNC_MAX)
 
 
+def reload_all(store: MemoryStore, apps: list[str]) -> None:
+    """What ``memstore reload --all`` runs: batches of ``RELOAD_BATCH`` apps."""
+    for start in range(0, len(apps), RELOAD_BATCH):
+        store._reload_batch(apps[start : start + RELOAD_BATCH])
+
+
 def rebuilds(
     name: str,
     plan: Plan,
@@ -924,8 +931,7 @@ def rebuilds(
     all_apps = [a for a in iter_app_ids(store.engine) if a.startswith(prefix)]
     log(f"compare: rebuilding {len(all_apps):,} apps (memstore, then raw) ...")
     started = time.perf_counter()
-    for app in all_apps:
-        store.reload(app)
+    reload_all(store, all_apps)
     ours = len(all_apps) / (time.perf_counter() - started)
     client = redis.Redis.from_url(redis_url)
     if name == "sqlite":
@@ -965,8 +971,7 @@ def rebuilds(
     peaks: list[int] = []
     for count in (min(plan.memory_apps, len(all_apps)), len(all_apps)):
         tracemalloc.reset_peak()
-        for app in all_apps[:count]:
-            store.reload(app)
+        reload_all(store, all_apps[:count])
         peaks.append(tracemalloc.get_traced_memory()[1])
     tracemalloc.stop()
     store.close()

@@ -70,7 +70,7 @@ from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, WindowEntry, answer_open_group
+from memstore.core.window import Window, WindowEntry
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -405,14 +405,14 @@ class AsyncMemoryStore(StoreBase):
 
     async def _cached_window(self, app_id: str) -> list[Message]:
         """See :meth:`memstore.MemoryStore._cached_window`."""
+        await self._drop_stale_windows()
         generation = await self._generation(app_id)
         cached = await self.cache.read(app_id)
-        if cached.messages is not None and cached.generation == generation:
-            return answer_open_group(cached.messages)
-        messages, _ = await self._rebuild(
-            app_id, self.settings.reload_max, cached.version, generation
-        )
-        return messages
+        served = self._served(cached, generation)
+        if served is not None:
+            return served
+        limit = self.settings.reload_max
+        return (await self._rebuild(app_id, limit, cached.version, generation))[0]
 
     async def _write(
         self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
@@ -674,16 +674,7 @@ class AsyncChatMemory:
     ) -> list[Message]:
         """See :meth:`memstore.ChatMemory.messages`."""
         budget, policy = self._store._token_budget(max_tokens, oversize)
-        await self._store._drop_stale_windows()
-        generation = await self._store._generation(self.app_id)
-        cached = await self._store.cache.read(self.app_id)
-        served = self._store._served(cached, generation)
-        if served is not None:
-            messages = served
-        else:
-            messages, _ = await self._store._rebuild(
-                self.app_id, self._store.settings.reload_max, cached.version, generation
-            )
+        messages = await self._store._cached_window(self.app_id)
         budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
         return messages if budgeted is None else budgeted.messages
 

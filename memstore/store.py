@@ -52,7 +52,7 @@ from memstore.core.inputs import (
     normalize_app_ids,
     normalize_user_id,
 )
-from memstore.core.loader import run_steps, window_steps
+from memstore.core.loader import RowRequest, WindowSteps, run_steps, window_steps
 from memstore.core.plans import (
     history_page,
     positive,
@@ -63,7 +63,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, WindowEntry, answer_open_group
+from memstore.core.window import StoredMessage, Window, WindowEntry
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -79,6 +79,7 @@ from memstore.reports import (
     ReloadReport,
 )
 from memstore.sql import leases as sql_leases
+from memstore.sql import reload as sql_reload
 from memstore.sql import staleness as sql_staleness
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
@@ -99,6 +100,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memstore")
 
 T = TypeVar("T")
+
+RELOAD_BATCH = 100
+"""Apps per batch of ``memstore reload`` (see :meth:`MemoryStore._reload_batch`)."""
 
 
 class MemoryStore(StoreBase):
@@ -411,13 +415,16 @@ class MemoryStore(StoreBase):
         return self._compaction_report(app, plan, ids[0], text)
 
     def _cached_window(self, app_id: str) -> list[Message]:
-        """The app's cached window as reads serve it before any token budget."""
+        """The app's window as reads serve it before any token budget: the cached one (stale
+        windows dropped first, an in-process one checked against the app's generation), or
+        on a miss the window rebuilt from SQL (``reload_max`` messages) and cached."""
+        self._drop_stale_windows()
         generation = self._generation(app_id)
         cached = self.cache.read(app_id)
-        if cached.messages is not None and cached.generation == generation:
-            return answer_open_group(cached.messages)
-        messages, _ = self._rebuild(app_id, self.settings.reload_max, cached.version, generation)
-        return messages
+        served = self._served(cached, generation)
+        if served is not None:
+            return served
+        return self._rebuild(app_id, self.settings.reload_max, cached.version, generation)[0]
 
     def _write(
         self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
@@ -541,6 +548,60 @@ class MemoryStore(StoreBase):
         self.cache.invalidate(app)
         version = self.cache.read(app).version
         return self._rebuild(app, limit, version, self._generation(app))[1]
+
+    def _reload_batch(self, app_ids: list[str], limit: int | None = None) -> list[ReloadReport]:
+        """:meth:`reload` of several apps (normalized), in order, with the round trips shared:
+        with a Redis cache (one server or Sentinel), one pipelined call drops the windows
+        and reads their versions, one statement reads every app's rows (the loader's first
+        read; a tool group at an edge still gets its own bounded read), one statement their
+        generations (after all the rows), and one pipelined call stores the windows. Other
+        caches reload the apps one by one. (``memstore reload`` runs batches of
+        :data:`RELOAD_BATCH` apps: memory stays flat however many apps there are.)"""
+        size = self.settings.reload_max if limit is None else limit
+        cache = self.cache
+        if not (self._guarded and isinstance(cache, RedisWindowCache)) or cache.is_cluster:
+            return [self.reload(app, size) for app in app_ids]
+        apps = list(dict.fromkeys(app_ids))
+        versions = dict(zip(apps, cache.begin_reloads(apps), strict=True))
+        first = next(self._window_steps(size))
+        prefetched = sql_reload.first_reads(self.engine, apps, first, self.cipher)
+        windows = {app: self._prefetched_window(app, size, first, prefetched[app]) for app in apps}
+        generations = sql_reload.generations(self.engine, apps)  # after every app's rows
+        parts = {app: self._rebuilt_part(window) for app, window in windows.items()}
+        batch = []
+        for app in apps:
+            window, budgeted = windows[app], parts[app]
+            entries = self._entries(window.messages if budgeted is None else budgeted.messages)
+            reflected = generations[app] if entries else None
+            batch.append((app, entries, window.synthetic_call_ids, versions[app], reflected))
+        stored = dict(zip(apps, cache.store_batch(batch), strict=True))
+        reports = {}
+        for app in apps:
+            self._rebuilt(stored[app])
+            reports[app] = reload_report(app, windows[app], stored[app], parts[app])
+        return [reports[app] for app in app_ids]
+
+    def _window_steps(self, limit: int) -> WindowSteps:
+        """The loader steps of a rebuilt window (``limit`` messages)."""
+        return window_steps(
+            limit,
+            start_at_user=self.settings.window_start_at_user,
+            count_tokens=self._count,
+            summaries=self._summaries,
+        )
+
+    def _prefetched_window(
+        self, app_id: str, limit: int, first: RowRequest, rows: list[StoredMessage]
+    ) -> Window:
+        """The rebuilt window of ``app_id`` whose first read (``first``) returned ``rows``."""
+        pending = [rows]
+
+        def fetch(request: RowRequest) -> list[StoredMessage]:
+            if pending and request == first:
+                return pending.pop()
+            return self._sql.fetch(app_id, request)
+
+        return self._built(run_steps(self._window_steps(limit), fetch))
 
     def _generation(self, app_id: str) -> int | None:
         """The app's SQL generation when the cache needs it (read before any window row)."""
@@ -814,16 +875,7 @@ class ChatMemory:
         (looked up at most every half of ``stale_window_max_seconds``).
         """
         budget, policy = self._store._token_budget(max_tokens, oversize)
-        self._store._drop_stale_windows()
-        generation = self._store._generation(self.app_id)
-        cached = self._store.cache.read(self.app_id)
-        served = self._store._served(cached, generation)
-        if served is not None:
-            messages = served
-        else:
-            messages, _ = self._store._rebuild(
-                self.app_id, self._store.settings.reload_max, cached.version, generation
-            )
+        messages = self._store._cached_window(self.app_id)
         budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
         return messages if budgeted is None else budgeted.messages
 

@@ -7,18 +7,21 @@ retry decisions; only the calls are awaited.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 
 from memstore.cache import keys
-from memstore.cache.base import CachedWindow, WindowPolicy
+from memstore.cache.base import CachedWindow, WindowMemo, WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import (
     SCRIPTS,
@@ -34,6 +37,29 @@ from memstore.errors import ConfigurationError
 from memstore.metrics import Metrics
 
 AsyncClient = aioredis.Redis | RedisCluster
+T = TypeVar("T")
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the sync client packs with hiredis by itself; the asyncio one does not
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - without the `fast` extra
+    _hiredis_pack = None
+
+
+def _pack(connection: Any, args: tuple[Any, ...]) -> list[bytes]:
+    if _hiredis_pack is not None:
+        return [_hiredis_pack(args)]
+    return list(connection.pack_command(*args))
+
+
+async def _within(seconds: float | None, work: Coroutine[Any, Any, T]) -> T:
+    """``work``, cancelled after ``seconds`` (``asyncio.timeout``: no extra task per call)."""
+    if seconds is None:
+        return await work
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)  # pragma: no cover - Python 3.10
 
 
 class AsyncWindowCache(Protocol):
@@ -160,8 +186,12 @@ class AsyncRedisWindowCache:
         self._policy = policy
         self._owns_client = owns_client
         self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        self._timeout: float | None = kwargs.get("socket_timeout")
         self.state = CacheState(retry_after_seconds, metrics)
         """Rest timers and dirty apps (``state.add_dirty_listener`` hooks the dirty event)."""
+        self.memo = WindowMemo()
+        """The windows this process decoded last (a read of an unchanged window serves them)."""
 
     @classmethod
     def from_url(
@@ -228,11 +258,43 @@ class AsyncRedisWindowCache:
         return reply
 
     async def _execute(self, call: ScriptCall) -> Any:
-        return await self._scripts[call.script](keys=call.keys, args=call.args)
+        script = self._scripts[call.script]
+        client = self._client
+        if isinstance(client, RedisCluster):
+            return await script(keys=call.keys, args=call.args)
+        try:
+            return await self._evalsha(client, script.sha, call)
+        except NoScriptError:  # a restarted or flushed server: the script call loads it
+            return await script(keys=call.keys, args=call.args)
+
+    async def _evalsha(self, client: aioredis.Redis, sha: str, call: ScriptCall) -> Any:
+        """One EVALSHA on a pooled connection, under one deadline for the send and the reply
+        (the client's per-send ``wait_for`` cost a task per call: most of a hot read)."""
+        pool = client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            command = _pack(connection, ("EVALSHA", sha, len(call.keys), *call.keys, *call.args))
+            return await _within(self._timeout, self._exchange(connection, command))
+        except aioredis.ResponseError:
+            raise  # the reply was read whole: the connection stays usable
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(connection)
+
+    @staticmethod
+    async def _exchange(connection: Any, command: list[bytes]) -> Any:
+        if not connection.is_connected:
+            await connection.connect()
+        connection._writer.writelines(command)
+        await connection._writer.drain()
+        return await connection.read_response()
 
     async def read(self, app_id: str) -> CachedWindow:
-        reply = await self._run(cache_plan.read_call(app_id))
-        return cache_plan.read_outcome(reply, app_id, self._policy.cipher)
+        memo = self.memo
+        reply = await self._run(cache_plan.read_call(app_id, memo.stamp(app_id)))
+        return cache_plan.read_outcome(reply, app_id, self._policy.cipher, memo)
 
     async def store(
         self,
@@ -245,7 +307,9 @@ class AsyncRedisWindowCache:
         call = cache_plan.store_call(
             app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
         )
-        return call is not None and cache_plan.store_outcome(await self._run(call))
+        if call is None:
+            return False
+        return cache_plan.store_outcome(await self._run(call))
 
     async def append(
         self,
@@ -260,12 +324,15 @@ class AsyncRedisWindowCache:
         await self._run(cache_plan.append_call(app_id, self._policy, entries, before, after))
 
     async def invalidate(self, app_id: str) -> None:
+        self.memo.forget(app_id)
         await self._run(cache_plan.invalidate_call(app_id, self._policy))
 
     async def purge(self, app_id: str) -> int:
+        self.memo.forget(app_id)
         return cache_plan.purge_outcome(await self._run(cache_plan.purge_call(app_id)))
 
     async def close(self) -> None:
+        self.memo.clear()
         if self._owns_client:
             await self._client.aclose()
             for helper in self._also_close:

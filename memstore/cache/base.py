@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -50,6 +51,57 @@ class CachedWindow:
     generation: int | None = None
     """The app's SQL generation the window was built at (the in-process cache keeps it, so
     the store can tell a window that misses another process's write; ``None`` elsewhere)."""
+    stamp: str = ""
+    """The Redis window's stamp (see :class:`WindowMemo`); ``""`` elsewhere."""
+
+
+class WindowMemo:
+    """The Redis windows this process decoded last, by app, with each window's *stamp*.
+
+    Every change of a Redis window's content gives it a new random stamp (see
+    :mod:`memstore.cache.scripts`), so a read that finds the window still at the stamp of the
+    decoded copy gets no entries from Redis and serves the copy: the same messages, without
+    the transfer and the decoding. Messages are immutable; each read gets a new list. At most
+    ``max_apps`` windows, the least recently used dropped first. Like the in-process cache it
+    holds decoded (opened) messages in this process's memory only.
+    """
+
+    def __init__(self, max_apps: int = 1024) -> None:
+        self._max_apps = max_apps
+        self._lock = threading.Lock()
+        self._windows: dict[str, tuple[str, tuple[Message, ...]]] = {}
+
+    def stamp(self, app_id: str) -> str:
+        """The stamp of the app's decoded window (``""``: none)."""
+        held = self._windows.get(app_id)
+        return "" if held is None else held[0]
+
+    def get(self, app_id: str, stamp: str) -> list[Message] | None:
+        """A new list of the decoded window when it is at ``stamp``, else ``None``."""
+        with self._lock:
+            held = self._windows.pop(app_id, None)
+            if held is None or held[0] != stamp:
+                return None
+            self._windows[app_id] = held  # most recently used last
+        return list(held[1])
+
+    def put(self, app_id: str, stamp: str, messages: Sequence[Message]) -> None:
+        """Remember the window at ``stamp`` (``""``: forget the app's window)."""
+        with self._lock:
+            self._windows.pop(app_id, None)
+            if not stamp or self._max_apps < 1:
+                return
+            self._windows[app_id] = (stamp, tuple(messages))
+            while len(self._windows) > self._max_apps:
+                del self._windows[next(iter(self._windows))]
+
+    def forget(self, app_id: str) -> None:
+        with self._lock:
+            self._windows.pop(app_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._windows.clear()
 
 
 class WindowCache(Protocol):

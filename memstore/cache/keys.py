@@ -52,13 +52,15 @@ def generation_key(app_id: str) -> str:
 
 
 def app_keys(app_id: str) -> tuple[str, str, str, str, str]:
-    """All keys of one app, in the order the Lua scripts take them."""
+    """All keys of one app, in the order the Lua scripts take them (the same names as
+    :func:`window_key` and its siblings; every cache call needs them, so built in one go)."""
+    base = f"{PREFIX}:{{{hash_tag(app_id)}}}:"
     return (
-        window_key(app_id),
-        interrupted_key(app_id),
-        version_key(app_id),
-        origin_key(app_id),
-        generation_key(app_id),
+        base + "window",
+        base + "interrupted",
+        base + "version",
+        base + "origin",
+        base + "generation",
     )
 
 

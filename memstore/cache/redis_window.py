@@ -26,7 +26,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from memstore.cache import keys, scripts
-from memstore.cache.base import CachedWindow, WindowPolicy
+from memstore.cache.base import CachedWindow, WindowMemo, WindowPolicy
 from memstore.core import cache_plan
 from memstore.core.cache_plan import UNAVAILABLE, CacheState, ScriptCall
 from memstore.core.redis_url import RedisTarget, parse_redis_url
@@ -151,6 +151,8 @@ class RedisWindowCache:
             self._use(client)
         self.state = CacheState(retry_after_seconds, metrics)
         """Rest timers and dirty apps (``state.add_dirty_listener`` hooks the dirty event)."""
+        self.memo = WindowMemo()
+        """The windows this process decoded last (a read of an unchanged window serves them)."""
 
     @classmethod
     def from_url(
@@ -248,9 +250,67 @@ class RedisWindowCache:
     def _execute(self, call: ScriptCall) -> Any:
         return self._scripts[call.script](keys=call.keys, args=call.args)
 
+    def run_batch(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run ``calls`` (of different apps) in one pipelined round trip; each reply as
+        :meth:`_run` would give it (``None``: failed or skipped, with the same bookkeeping).
+        A cluster client, a resting route or a dirty app runs them one by one instead."""
+        client = self._client
+        if not calls or client is None or isinstance(client, RedisCluster):
+            return [self._run(call) for call in calls]
+        # one route: the first call's step says for all (a dirty app anywhere is replayed)
+        step = self.state.begin(calls[0], "", time.monotonic(), self._route_of)
+        if step is None:  # resting: the first call is skipped and counted, the rest likewise
+            return [None, *(self._run(call) for call in calls[1:])]
+        if step.refresh or step.replay:  # (begin has no side effects when it says go)
+            return [self._run(call) for call in calls]
+        try:
+            pipe = client.pipeline(transaction=False)
+            for call in calls:
+                self._scripts[call.script](keys=call.keys, args=call.args, client=pipe)
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as error:
+            for call in calls:
+                self.state.failed(call, "", error, time.monotonic(), cluster=False)
+            return [None] * len(calls)
+        out: list[Any] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):  # the route rests, as after a failed single call
+                self.state.failed(call, "", reply, time.monotonic(), cluster=False)
+                out.append(None)
+            else:
+                out.append(reply)
+        if all(not isinstance(reply, Exception) for reply in replies):
+            self.state.succeeded("")
+        return out
+
+    def begin_reloads(self, app_ids: Sequence[str]) -> list[str]:
+        """Drop the windows of ``app_ids`` and read the versions their rebuilds store under
+        (as :meth:`invalidate` then :meth:`read` of each), in one round trip."""
+        calls: list[ScriptCall] = []
+        for app_id in app_ids:
+            self.memo.forget(app_id)
+            calls.append(cache_plan.invalidate_call(app_id, self._policy))
+            calls.append(cache_plan.read_call(app_id))
+        replies = self.run_batch(calls)
+        return [cache_plan.read_outcome(reply).version for reply in replies[1::2]]
+
+    def store_batch(
+        self, windows: Sequence[tuple[str, Sequence[WindowEntry], Sequence[str], str, int | None]]
+    ) -> list[bool]:
+        """:meth:`store` of several apps' windows ``(app_id, entries, synthetic call ids,
+        expected version, generation)`` in one round trip; whether each was stored."""
+        calls = [
+            cache_plan.store_call(app_id, self._policy, version, entries, synthetic, generation)
+            for app_id, entries, synthetic, version, generation in windows
+        ]
+        planned = [call for call in calls if call is not None]
+        replies = iter(self.run_batch(planned))
+        return [call is not None and cache_plan.store_outcome(next(replies)) for call in calls]
+
     def read(self, app_id: str) -> CachedWindow:
-        reply = self._run(cache_plan.read_call(app_id))
-        return cache_plan.read_outcome(reply, app_id, self._policy.cipher)
+        memo = self.memo
+        reply = self._run(cache_plan.read_call(app_id, memo.stamp(app_id)))
+        return cache_plan.read_outcome(reply, app_id, self._policy.cipher, memo)
 
     def store(
         self,
@@ -263,7 +323,9 @@ class RedisWindowCache:
         call = cache_plan.store_call(
             app_id, self._policy, expected_version, entries, synthetic_call_ids, generation
         )
-        return call is not None and cache_plan.store_outcome(self._run(call))
+        if call is None:
+            return False
+        return cache_plan.store_outcome(self._run(call))
 
     def append(
         self,
@@ -278,12 +340,15 @@ class RedisWindowCache:
         self._run(cache_plan.append_call(app_id, self._policy, entries, before, after))
 
     def invalidate(self, app_id: str) -> None:
+        self.memo.forget(app_id)
         self._run(cache_plan.invalidate_call(app_id, self._policy))
 
     def purge(self, app_id: str) -> int:
+        self.memo.forget(app_id)
         return cache_plan.purge_outcome(self._run(cache_plan.purge_call(app_id)))
 
     def close(self) -> None:
+        self.memo.clear()
         if self._owns_client:
             if self._client is not None:
                 self._client.close()

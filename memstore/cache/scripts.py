@@ -18,6 +18,14 @@ where the server does not report one). A window is served and appended to only w
 ``origin`` key holds that id: after a failover the promoted replica reports a new id, so the
 windows written before it (which may lack writes the old master acknowledged) read as misses.
 Versions handed to rebuilds are ``<replication id>/<counter>`` for the same reason.
+
+The ``origin`` key holds ``<replication id>|<stamp>``: ``stamp`` is a random token the writer
+(STORE, or an APPEND that changed the window) chose, so every change of a window's content
+gives it a new stamp. READ is handed the stamp of the window the process already decoded and
+sends no entries when the window still has it (see :class:`memstore.cache.base.WindowMemo`).
+A window whose ``origin`` holds a bare id (stored by an older memstore) is served, never
+memoized; an older memstore never extends a window whose ``origin`` holds a stamp (its id
+check fails), and its STORE replaces the stamp.
 """
 
 from __future__ import annotations
@@ -28,6 +36,12 @@ local function origin()
   if not ok or type(info) ~= 'string' then return '' end
   return string.match(info, 'master_replid:(%w+)') or ''
 end
+local function stored_on(value)
+  if not value then return '', '' end
+  local bar = string.find(value, '|', 1, true)
+  if not bar then return value, '' end
+  return string.sub(value, 1, bar - 1), string.sub(value, bar + 1)
+end
 """
 
 APPEND = (
@@ -37,7 +51,8 @@ local ttl = tonumber(ARGV[1])
 redis.call('INCR', KEYS[3])
 redis.call('EXPIRE', KEYS[3], ttl)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if (redis.call('GET', KEYS[4]) or '') ~= origin() then
+local here = origin()
+if stored_on(redis.call('GET', KEYS[4])) ~= here then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
   return -1
 end
@@ -62,75 +77,85 @@ local function requested(ids, id)
   return false
 end
 local function invalidate()
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[5])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
   return -1
 end
 if (redis.call('GET', KEYS[5]) or '') ~= ARGV[5] then return invalidate() end
 redis.call('SET', KEYS[5], ARGV[6], 'EX', ttl)
-if #ARGV < 7 then
+if #ARGV < 8 then
   redis.call('EXPIRE', KEYS[1], ttl)
   if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
   redis.call('EXPIRE', KEYS[4], ttl)
   return 1
 end
-for i = 7, #ARGV do
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+local count = #items
+local kinds = {}
+for k = 1, count do kinds[k] = string.sub(items[k], 1, 1) end
+local held = {}
+local function hold(e)
+  for part in string.gmatch(header(e), '[^\31]+') do held[part] = true end
+end
+for k = 1, count do
+  if kinds[k] == 'R' or kinds[k] == 'T' then hold(items[k]) end
+end
+local first_new = count + 1
+for i = 8, #ARGV do
   local e = ARGV[i]
-  if string.sub(e, 1, 1) == 'T' then
+  local kind = string.sub(e, 1, 1)
+  if kind == 'T' then
     local id = header(e)
     if redis.call('SISMEMBER', KEYS[2], id) == 1 then return invalidate() end
-    local idx = -1
+    local idx = count
     local verdict = nil
     while verdict == nil do
-      local t = redis.call('LINDEX', KEYS[1], idx)
-      if not t then
+      if idx < 1 then
         verdict = 'invalidate'
+      elseif kinds[idx] == 'T' then
+        if header(items[idx]) == id then verdict = 'skip' end
+        idx = idx - 1
+      elseif kinds[idx] == 'R' and requested(header(items[idx]), id) then
+        verdict = 'append'
       else
-        local kind = string.sub(t, 1, 1)
-        if kind == 'T' then
-          if header(t) == id then verdict = 'skip' end
-          idx = idx - 1
-        elseif kind == 'R' and requested(header(t), id) then
-          verdict = 'append'
-        else
-          verdict = 'invalidate'
-        end
+        verdict = 'invalidate'
       end
     end
     if verdict == 'invalidate' then return invalidate() end
-    if verdict == 'append' then redis.call('RPUSH', KEYS[1], e) end
+    if verdict == 'append' then
+      count = count + 1
+      items[count] = e
+      kinds[count] = kind
+      held[id] = true
+    end
   else
     local results = 0
-    local idx = -1
-    local t = redis.call('LINDEX', KEYS[1], idx)
-    while t and string.sub(t, 1, 1) == 'T' do
+    local idx = count
+    while idx >= 1 and kinds[idx] == 'T' do
       results = results + 1
       idx = idx - 1
-      t = redis.call('LINDEX', KEYS[1], idx)
     end
-    if t and string.sub(t, 1, 1) == 'R' then
+    if idx >= 1 and kinds[idx] == 'R' then
       local requested_count = 0
-      for _ in string.gmatch(header(t), '[^\31]+') do requested_count = requested_count + 1 end
+      for _ in string.gmatch(header(items[idx]), '[^\31]+') do
+        requested_count = requested_count + 1
+      end
       if results < requested_count then return invalidate() end
     end
-    if string.sub(e, 1, 1) == 'R' then
-      for _, held in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-        local kind = string.sub(held, 1, 1)
-        if kind == 'R' or kind == 'T' then
-          for part in string.gmatch(header(held), '[^\31]+') do
-            if requested(header(e), part) then return invalidate() end
-          end
-        end
+    if kind == 'R' then
+      for part in string.gmatch(header(e), '[^\31]+') do
+        if held[part] then return invalidate() end
       end
+      hold(e)
     end
-    redis.call('RPUSH', KEYS[1], e)
+    count = count + 1
+    items[count] = e
+    kinds[count] = kind
   end
 end
-local len = redis.call('LLEN', KEYS[1])
 local skip = 0
-local head = redis.call('LINDEX', KEYS[1], 0)
-if head and string.sub(head, 1, 1) == 'M' then skip = 1 end
-local n = len - skip
-local function kind_at(i) return string.sub(redis.call('LINDEX', KEYS[1], skip + i), 1, 1) end
+if count > 0 and kinds[1] == 'M' then skip = 1 end
+local n = count - skip
+local function kind_at(i) return kinds[skip + i + 1] end
 local keep = tonumber(ARGV[2]) - skip
 if keep < 1 then keep = 1 end
 local drop = n - keep
@@ -141,18 +166,17 @@ end
 local budget = tonumber(ARGV[4])
 if budget > 0 and n > 0 then
   if skip == 1 then
-    budget = budget - entry_tokens(head)
+    budget = budget - entry_tokens(items[1])
     if budget < 1 then budget = 1 end
   end
-  local items = redis.call('LRANGE', KEYS[1], skip, -1)
   local total = 0
   local start = n
   local i = n - 1
   while i >= 0 do
     local j = i
-    while j > 0 and string.sub(items[j + 1], 1, 1) == 'T' do j = j - 1 end
+    while j > 0 and kind_at(j) == 'T' do j = j - 1 end
     local cost = 0
-    for k = j, i do cost = cost + entry_tokens(items[k + 1]) end
+    for k = j, i do cost = cost + entry_tokens(items[skip + k + 1]) end
     if start < n and total + cost > budget then break end
     total = total + cost
     start = j
@@ -166,19 +190,23 @@ if ARGV[3] == '1' then
   end
 end
 if drop >= n then return invalidate() end
+for k = first_new, count, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(items, k, math.min(k + 999, count)))
+end
 if drop > 0 then
   redis.call('LTRIM', KEYS[1], skip + drop, -1)
-  if skip == 1 then redis.call('LPUSH', KEYS[1], head) end
+  if skip == 1 then redis.call('LPUSH', KEYS[1], items[1]) end
 end
 redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
-redis.call('EXPIRE', KEYS[4], ttl)
+redis.call('SET', KEYS[4], here .. '|' .. ARGV[7], 'EX', ttl)
 return 1
 """
 )
 """ARGV: ttl, max messages, start_at_user ('1'/'0'), max tokens (0: none), the write's
-generation before and after it, entries... (none: a display-only write, which only moves a
-window at ``before`` to ``after``). Returns 1 appended,
+generation before and after it, the window's new stamp, entries... (none: a display-only
+write, which only moves a window at ``before`` to ``after`` and keeps its stamp). Returns 1
+appended,
 0 no window cached (left missing on purpose), -1 window dropped for a rebuild."""
 
 STORE = (
@@ -191,21 +219,21 @@ redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('DEL', KEYS[5])
 local ttl = tonumber(ARGV[2])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[5], ARGV[3], 'EX', ttl) end
-local synthetic = tonumber(ARGV[4])
-for i = 5, 4 + synthetic do redis.call('SADD', KEYS[2], ARGV[i]) end
+local synthetic = tonumber(ARGV[5])
+for i = 6, 5 + synthetic do redis.call('SADD', KEYS[2], ARGV[i]) end
 if synthetic > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
-local first = 5 + synthetic
+local first = 6 + synthetic
 for i = first, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 if #ARGV >= first then redis.call('EXPIRE', KEYS[1], ttl) end
-redis.call('SET', KEYS[4], here, 'EX', ttl)
+redis.call('SET', KEYS[4], here .. '|' .. ARGV[4], 'EX', ttl)
 return 1
 """
 )
 """ARGV: expected version (as READ returned it), ttl, the app's SQL generation the window
-reflects (``''``: unknown, every later APPEND drops the window), number of synthetic ids,
-those ids, entries...
+reflects (``''``: unknown, every later APPEND drops the window), the window's stamp, number
+of synthetic ids, those ids, entries...
 Returns 1 stored, 0 refused because a write happened since the version was read."""
 
 READ = (
@@ -213,12 +241,22 @@ READ = (
     + r"""
 local here = origin()
 local version = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
-if (redis.call('GET', KEYS[4]) or '') ~= here then return {version} end
-return {version, redis.call('LRANGE', KEYS[1], 0, -1)}
+local id, stamp = stored_on(redis.call('GET', KEYS[4]))
+if id ~= here then return {version} end
+if stamp ~= '' and stamp == ARGV[1] then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {version} end
+  return {version, stamp}
+end
+local entries = redis.call('LRANGE', KEYS[1], 0, -1)
+if #entries == 0 then return {version} end
+return {version, stamp, entries}
 """
 )
-"""Returns ``{version}`` when no window of this master is cached (a miss; a window stored on
-another master is left for the rebuild to replace), else ``{version, entries}``."""
+"""ARGV: the stamp of the window the caller already holds (``''``: none). Returns
+``{version}`` when no window of this master is cached (a miss; a window stored on another
+master is left for the rebuild to replace), ``{version, stamp}`` when the window still has
+the caller's stamp (unchanged: no entries are sent), else ``{version, stamp, entries}``
+(``stamp`` ``''`` for a window an older memstore stored)."""
 
 INVALIDATE = r"""
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])

@@ -20,6 +20,7 @@ The shells (:class:`memstore.cache.redis_window.RedisWindowCache` and
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from memstore.cache import keys
-from memstore.cache.base import CachedWindow, WindowPolicy, decode_entries, encode_entry
+from memstore.cache.base import (
+    CachedWindow,
+    WindowMemo,
+    WindowPolicy,
+    decode_entries,
+    encode_entry,
+)
 from memstore.core.crypto import PLAIN, RowCipher
 from memstore.core.window import WindowEntry
 from memstore.errors import MemstoreError
@@ -60,8 +67,14 @@ class ScriptCall:
         return self.script in DIRTYING
 
 
-def read_call(app_id: str) -> ScriptCall:
-    return ScriptCall("read", app_id, list(keys.app_keys(app_id)), [])
+def new_stamp() -> str:
+    """A fresh window stamp (random: two windows never share one)."""
+    return os.urandom(9).hex()
+
+
+def read_call(app_id: str, known_stamp: str = "") -> ScriptCall:
+    """The READ run; ``known_stamp``: the stamp of the window this process holds decoded."""
+    return ScriptCall("read", app_id, list(keys.app_keys(app_id)), [known_stamp])
 
 
 def append_call(
@@ -70,10 +83,12 @@ def append_call(
     entries: Sequence[WindowEntry],
     before: int | None = None,
     after: int | None = None,
+    stamp: str = "",
 ) -> ScriptCall:
     """The APPEND run of a write that moved the app's SQL generation from ``before`` to
     ``after``; without them (a writer that does not know its step) the INVALIDATE run instead:
-    a window that cannot be checked is dropped, never extended."""
+    a window that cannot be checked is dropped, never extended. ``stamp``: the window's new
+    stamp (default: a fresh one)."""
     if before is None or after is None:
         return invalidate_call(app_id, policy)
     args: list[Any] = [
@@ -83,6 +98,7 @@ def append_call(
         policy.max_tokens or 0,
         before,
         after,
+        stamp or new_stamp(),
         *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
     ]
     return ScriptCall("append", app_id, list(keys.app_keys(app_id)), args)
@@ -95,16 +111,18 @@ def store_call(
     entries: Sequence[WindowEntry],
     synthetic_call_ids: Sequence[str],
     generation: int | None = None,
+    stamp: str = "",
 ) -> ScriptCall | None:
     """The STORE run, or ``None`` when there is nothing to store (or the read had failed).
     ``generation``: the app's SQL generation read *after* the window's rows (``None``: unknown,
-    so every later append drops the window)."""
+    so every later append drops the window); ``stamp``: the window's stamp (default: fresh)."""
     if expected_version == UNAVAILABLE or not entries:
         return None
     args: list[Any] = [
         expected_version,
         policy.ttl_seconds,
         "" if generation is None else generation,
+        stamp or new_stamp(),
         len(synthetic_call_ids),
         *synthetic_call_ids,
         *(encode_entry(entry, app_id, policy.cipher) for entry in entries),
@@ -124,9 +142,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def read_outcome(reply: Any, app_id: str = "", cipher: RowCipher = PLAIN) -> CachedWindow:
-    """A read's outcome from the READ reply ``[version]`` or ``[version, entries]`` (bytes:
-    memstore's clients never decode responses); ``cipher`` opens sealed entries of ``app_id``.
+def read_outcome(
+    reply: Any, app_id: str = "", cipher: RowCipher = PLAIN, memo: WindowMemo | None = None
+) -> CachedWindow:
+    """A read's outcome from the READ reply ``[version]``, ``[version, stamp]`` or ``[version,
+    stamp, entries]`` (bytes: memstore's clients never decode responses); ``cipher`` opens
+    sealed entries of ``app_id``. ``memo`` (the one whose stamp :func:`read_call` sent)
+    serves an unchanged window and learns every window decoded or missed.
 
     An entry that does not decode (written by another memstore version, or damaged, or sealed
     under a key not configured) makes the read a miss guarded by the real version: the
@@ -135,17 +157,29 @@ def read_outcome(reply: Any, app_id: str = "", cipher: RowCipher = PLAIN) -> Cac
     if reply is None:
         return CachedWindow(None, UNAVAILABLE)
     version = _text(reply[0])
-    raw = reply[1] if len(reply) > 1 else None
-    if not raw:
+    if len(reply) < 2:
+        if memo is not None:
+            memo.forget(app_id)
         return CachedWindow(None, version)
+    stamp = _text(reply[1])
+    if len(reply) == 2:
+        held = None if memo is None else memo.get(app_id, stamp)
+        # (READ answers so only for the stamp sent: a memo that lost it meanwhile, on
+        # another thread, makes this read a miss guarded by the real version)
+        return CachedWindow(held, version, stamp=stamp)
     try:
-        return CachedWindow(decode_entries(raw, app_id, cipher), version)
+        messages = decode_entries(reply[2], app_id, cipher)
     except (ValidationError, MemstoreError, ValueError) as error:
         # the error's class only: a validation error quotes the entry, i.e. chat text
         logger.warning(
             "memstore: a cached window does not decode (%s); rebuilding it", type(error).__name__
         )
+        if memo is not None:
+            memo.forget(app_id)
         return CachedWindow(None, version)
+    if memo is not None:
+        memo.put(app_id, stamp, messages)
+    return CachedWindow(messages, version, stamp=stamp)
 
 
 def store_outcome(reply: Any) -> bool:

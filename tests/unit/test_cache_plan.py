@@ -179,3 +179,61 @@ def test_the_redis_window_follows_the_generation_steps() -> None:
     assert cache.store("g", [one], [], cache.read("g").version)  # generation unknown
     cache.append("g", [two], before=0, after=1)
     assert cache.read("g").messages is None
+
+
+def test_a_read_of_an_unchanged_window_gets_no_entries_and_serves_the_decoded_copy() -> None:
+    """On fakeredis: the READ reply carries entries only when the window's stamp moved."""
+    client = fakeredis.FakeRedis()
+    cache = RedisWindowCache(client, POLICY)
+    one, two = entry_for(UserMessage(text="one")), entry_for(UserMessage(text="two"))
+    assert cache.store("m", [one], [], cache.read("m").version, 3)
+    first = cache.read("m")
+    assert first.messages == [one.message] and first.stamp
+    replies = []
+    script = cache._scripts["read"]
+    cache._scripts["read"] = lambda **kw: replies.append(script(**kw)) or replies[-1]
+    again = cache.read("m")
+    assert again.messages == [one.message] and len(replies[-1]) == 2  # no entries sent
+    again.messages.append(two.message)  # the caller's list: the copy is not changed
+    assert cache.read("m").messages == [one.message]
+    cache.append("m", [two], before=3, after=4)  # a new stamp: the next read decodes
+    moved = cache.read("m")
+    assert moved.messages == [one.message, two.message] and len(replies[-1]) == 3
+    assert moved.stamp != first.stamp
+    cache.append("m", [], before=4, after=5)  # display-only: same content, same stamp
+    assert cache.read("m").stamp == moved.stamp and len(replies[-1]) == 2
+
+
+def test_a_window_gone_or_stored_by_an_older_memstore_is_never_served_from_the_copy() -> None:
+    client = fakeredis.FakeRedis()
+    cache = RedisWindowCache(client, POLICY)
+    one = entry_for(UserMessage(text="one"))
+    assert cache.store("o", [one], [], cache.read("o").version, 1)
+    assert cache.read("o").messages == [one.message]
+    window, _, _, origin, _ = keys.app_keys("o")
+    client.delete(window)  # expired a moment before its origin key
+    assert cache.read("o").messages is None
+    assert cache.store("o", [one], [], cache.read("o").version, 1)
+    stamped = client.get(origin)
+    assert stamped is not None and b"|" in stamped
+    client.set(origin, stamped.split(b"|")[0])  # an older memstore's STORE: a bare id
+    older = cache.read("o")
+    assert older.messages == [one.message] and older.stamp == ""
+    assert cache.memo.stamp("o") == ""  # served, never remembered
+    cache.purge("o")
+    assert cache.read("o").messages is None
+
+
+def test_the_memo_keeps_the_most_recently_used_windows() -> None:
+    from memstore.cache.base import WindowMemo
+
+    memo = WindowMemo(max_apps=2)
+    message = UserMessage(text="x")
+    memo.put("a", "s1", [message])
+    memo.put("b", "s2", [message])
+    assert memo.get("a", "s1") == [message]  # a is now the most recent
+    memo.put("c", "s3", [message])
+    assert memo.stamp("b") == "" and memo.stamp("a") == "s1" and memo.stamp("c") == "s3"
+    assert memo.get("a", "other") is None
+    memo.put("a", "", [message])
+    assert memo.stamp("a") == ""

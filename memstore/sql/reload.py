@@ -1,0 +1,154 @@
+"""Reads for rebuilding many windows at once (``memstore reload``): the loader's first read of
+a batch of apps in one statement, and their generations in another.
+
+The first read is the same bounded index read :func:`memstore.sql.repository.newest_rows_query`
+makes for one app, once per app: on PostgreSQL one ``CROSS JOIN LATERAL`` over the array of
+app ids (planned once, an index range read with its own ``LIMIT`` per app); elsewhere (SQLite,
+MariaDB/MySQL, which has no ``LATERAL``) a ``UNION ALL`` of the per-app reads, at most
+:data:`UNION_APPS` apps per statement (a larger union costs more to plan than it saves).
+The statements are built once, the app ids bound as parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlalchemy.engine import Engine
+
+from memstore.core.crypto import RowCipher
+from memstore.core.loader import RowRequest
+from memstore.core.rows import SUMMARY, open_payload
+from memstore.core.window import StoredMessage
+from memstore.errors import MemstoreError
+from memstore.messages import MESSAGE_LIST_ADAPTER, STORED
+from memstore.sql.engine import read_options, read_retrying, translated_errors
+from memstore.sql.repository import in_app, newest_first, rows_to_messages
+from memstore.sql.schema import app_generation, original
+
+UNION_APPS = 25
+"""Apps per ``UNION ALL`` statement (databases without ``LATERAL``)."""
+
+
+@functools.cache
+def _lateral_statement(summary: bool) -> Any:
+    """PostgreSQL: the first read of every app of the array ``:r_apps`` in one statement."""
+    table, c = original.name, original.c
+    rows = (
+        f"SELECT a.app_id, r.id, r.payload FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
+        f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload "
+        f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
+        f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> :r_summary "
+        f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT :r_limit) r"
+    )
+    if summary:
+        rows += (
+            f" UNION ALL SELECT a.app_id, s.id, s.payload "
+            f"FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
+            f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload "
+            f"FROM {table} o WHERE o.{c.app_id.name} = a.app_id "
+            f"AND o.{c.message_type.name} = :r_summary AND o.{c.is_deleted.name} = false "
+            f"ORDER BY o.{c.message_type.name} DESC, o.{c.id.name} DESC LIMIT 1) s"
+        )
+    return sa.text(rows)
+
+
+@functools.cache
+def _first_reads_statement(apps: int, summary: bool) -> Any:
+    """``UNION ALL`` of the first read of ``apps`` apps (parameters ``r_app_<i>``,
+    ``r_limit``), each row with its app id."""
+    limit = sa.bindparam("r_limit", type_=sa.Integer())
+    branches: list[Any] = []
+    for index in range(apps):
+        app = sa.bindparam(f"r_app_{index}", type_=original.c.app_id.type)
+        rows = (
+            sa.select(original.c.app_id, original.c.id, original.c.payload)
+            .where(
+                in_app(original, app),
+                original.c.is_deleted == sa.false(),
+                original.c.message_type != SUMMARY,
+            )
+            .order_by(*newest_first(original))
+            .limit(limit)
+            .subquery()
+        )
+        branches.append(sa.select(rows.c.app_id, rows.c.id, rows.c.payload))
+        if summary:
+            newest = (
+                sa.select(original.c.app_id, original.c.id, original.c.payload)
+                .where(
+                    original.c.app_id == app,
+                    original.c.message_type == SUMMARY,
+                    original.c.is_deleted == sa.false(),
+                )
+                .order_by(original.c.message_type.desc(), original.c.id.desc())
+                .limit(1)
+                .subquery()
+            )
+            branches.append(sa.select(newest.c.app_id, newest.c.id, newest.c.payload))
+    return sa.union_all(*branches)
+
+
+def first_reads(
+    engine: Engine, apps: Sequence[str], request: RowRequest, cipher: RowCipher
+) -> dict[str, list[StoredMessage]]:
+    """The rows the loader's first ``request`` (no ``before_id``/``after_id``) reads, for each
+    of ``apps`` (distinct), in one statement: chronological stored messages per app."""
+    if not apps:
+        return {}
+    reads: list[tuple[Any, dict[str, Any]]] = []
+    if engine.dialect.name == "postgresql":
+        params = {"r_apps": list(apps), "r_limit": request.limit, "r_summary": SUMMARY}
+        reads.append((_lateral_statement(request.summary), params))
+    else:
+        for start in range(0, len(apps), UNION_APPS):
+            part = apps[start : start + UNION_APPS]
+            params = {f"r_app_{i}": app for i, app in enumerate(part)}
+            params["r_limit"] = request.limit
+            reads.append((_first_reads_statement(len(part), request.summary), params))
+    with translated_errors("reading history"):
+        rows = read_retrying(
+            engine,
+            lambda conn: [row for stmt, p in reads for row in conn.execute(stmt, p).all()],
+            **read_options(engine),
+        )
+    grouped: dict[str, list[Any]] = {app: [] for app in apps}
+    for row in rows:
+        found = grouped.get(row.app_id)
+        if found is not None:
+            found.append(row)
+    return {app: _decoded(found, app, cipher) for app, found in grouped.items()}
+
+
+def _decoded(rows: list[Any], app_id: str, cipher: RowCipher) -> list[StoredMessage]:
+    """One app's rows, chronological: every payload validated in one pass over a joined JSON
+    array; a row that does not decode goes through the row-by-row path, which names it."""
+    rows.sort(key=_row_id)
+    try:
+        payloads = [open_payload(cipher, app_id, row.id, row.payload) for row in rows]
+        messages = MESSAGE_LIST_ADAPTER.validate_json(
+            "[" + ",".join(payloads) + "]", context=STORED
+        )
+    except (ValidationError, ValueError, MemstoreError):
+        return rows_to_messages(rows, app_id, cipher)
+    return [StoredMessage(row.id, message) for row, message in zip(rows, messages, strict=True)]
+
+
+def _row_id(row: Any) -> int:
+    return int(row.id)
+
+
+def generations(engine: Engine, apps: Sequence[str]) -> dict[str, int]:
+    """The generation of each of ``apps`` now (0 for an app that never had a write)."""
+    if not apps:
+        return {}
+    query = sa.select(app_generation.c.app_id, app_generation.c.generation).where(
+        app_generation.c.app_id.in_(list(apps))
+    )
+    with translated_errors("reading history"):
+        rows = read_retrying(engine, lambda conn: conn.execute(query).all(), **read_options(engine))
+    found = {row.app_id: int(row.generation) for row in rows}
+    return {app: found.get(app, 0) for app in apps}

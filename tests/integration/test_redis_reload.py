@@ -1,0 +1,154 @@
+"""``memstore reload`` in batches: the windows, reports and generations it stores are those of
+one-by-one reloads, on SQLite, PostgreSQL and MariaDB, with fakeredis and the real Redis
+(``MEMSTORE_TEST_REDIS_URL``; each test uses its own app ids and deletes only their keys)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+from sqlalchemy.engine import Engine
+
+from memstore import MemoryStore, Settings
+from memstore.cache import keys
+from memstore.cache.base import WindowPolicy
+from memstore.cache.memory_cache import NoWindowCache
+from memstore.cache.redis_window import RedisWindowCache
+from memstore.messages import (
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolRequest,
+    ToolResult,
+    UserMessage,
+)
+from tests.conftest import SESSION_WORKER_ID, migrated_engine, redis_client
+
+WINDOW = 6
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
+def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    return migrated_engine(request.param, tmp_path_factory)
+
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def client(request: pytest.FixtureRequest) -> Iterator[object]:
+    if request.param == "fakeredis":
+        yield fakeredis.FakeRedis()
+        return
+    real = redis_client()
+    yield real
+    real.close()
+
+
+def histories(run: str) -> dict[str, list[Message]]:
+    """Apps whose windows need: nothing special, a second read (a tool group longer than the
+    first read's look-ahead), no rows at all, and an interrupted call in the middle."""
+    calls = [ToolRequest(id=f"{run}-c{i}", name="search", arguments="{}") for i in range(40)]
+    plain = [UserMessage(text=f"q{i}") if i % 2 == 0 else AiMessage(text=f"a{i}") for i in range(9)]
+    widened = [
+        UserMessage(text="go"),
+        AiMessage(text="", tool_requests=calls),
+        *(ToolResult(id=c.id, tool_name="search", text=f"r{i}") for i, c in enumerate(calls)),
+        AiMessage(text="done"),
+    ]
+    interrupted = [
+        SystemMessage(text="rules"),
+        UserMessage(text="one"),
+        AiMessage(text="", tool_requests=[ToolRequest(id=f"{run}-x", name="t", arguments="{}")]),
+        UserMessage(text="never answered"),
+        AiMessage(text="ok"),
+    ]
+    return {
+        f"{run}-plain": plain,
+        f"{run}-widened": widened,
+        f"{run}-empty": [],
+        f"{run}-interrupted": interrupted,
+    }
+
+
+def test_a_batch_reload_stores_what_one_by_one_reloads_store(
+    engine: Engine, client: fakeredis.FakeRedis
+) -> None:
+    run = f"rl-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+        window_size=WINDOW,
+        reload_max=WINDOW,
+    )
+    policy = WindowPolicy.from_settings(settings)
+    apps = histories(run)
+    store = MemoryStore(settings, engine=engine, cache=RedisWindowCache(client, policy))
+    try:
+        for app, messages in apps.items():
+            if messages:
+                store.append(app, messages)
+        names = [*apps, f"{run}-plain"]  # a repeated app is reported twice
+        batched = store._reload_batch(names)
+        assert [report.app_id for report in batched] == names
+        windows = {app: store.cache.read(app).messages for app in apps}
+        generations = {app: client.get(keys.generation_key(app)) for app in apps}
+        one_by_one = [store.reload(app) for app in names]
+        assert batched == one_by_one
+        assert windows == {app: store.cache.read(app).messages for app in apps}
+        assert generations == {app: client.get(keys.generation_key(app)) for app in apps}
+        for app, messages in apps.items():
+            expected = store.load_window(app, WINDOW) if messages else None
+            assert windows[app] == expected
+        assert windows[f"{run}-widened"] is not None and len(windows[f"{run}-widened"]) > WINDOW
+        assert generations[f"{run}-plain"] is not None  # stored at the app's generation
+        store.append(f"{run}-plain", [UserMessage(text="later")])  # the guard continues it
+        assert store.cache.read(f"{run}-plain").messages == store.load_window(
+            f"{run}-plain", WINDOW
+        )
+    finally:
+        client.delete(*(key for app in apps for key in keys.app_keys(app)))
+        store.close()
+
+
+def test_a_batch_reload_without_redis_reloads_one_by_one(engine: Engine) -> None:
+    run = f"rn-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+        reload_max=WINDOW,
+    )
+    with MemoryStore(settings, engine=engine, cache=NoWindowCache()) as store:
+        store.append(f"{run}-a", [UserMessage(text="hi"), AiMessage(text="hello")])
+        reports = store._reload_batch([f"{run}-a", f"{run}-b"])
+        assert [(r.app_id, r.messages, r.cached) for r in reports] == [
+            (f"{run}-a", 2, False),
+            (f"{run}-b", 0, False),
+        ]
+
+
+def test_a_batch_reload_with_redis_down_caches_nothing_and_never_raises(engine: Engine) -> None:
+    import redis
+
+    from memstore.cache.redis_window import client_options
+    from tests.integration.conftest import free_port
+
+    run = f"rd-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+        reload_max=WINDOW,
+    )
+    down = redis.Redis(host="127.0.0.1", port=free_port(), **client_options(0.2))
+    cache = RedisWindowCache(down, WindowPolicy.from_settings(settings), owns_client=True)
+    with MemoryStore(settings, engine=engine, cache=cache) as store:
+        store.append(f"{run}-a", [UserMessage(text="hi"), AiMessage(text="hello")])
+        reports = store._reload_batch([f"{run}-a", f"{run}-b"])
+        assert [(r.app_id, r.messages, r.cached) for r in reports] == [
+            (f"{run}-a", 2, False),
+            (f"{run}-b", 0, False),
+        ]
+        assert set(cache.state.dirty_apps()) >= {f"{run}-a", f"{run}-b"}  # drops owed
+        cache.state = type(cache.state)(0.0)  # no rest: the batch itself meets the refusal
+        reports = store._reload_batch([f"{run}-a", f"{run}-b"])
+        assert [r.cached for r in reports] == [False, False]
+        assert set(cache.state.dirty_apps()) == {f"{run}-a", f"{run}-b"}

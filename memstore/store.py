@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from types import TracebackType
@@ -596,7 +596,7 @@ class MemoryStore(StoreBase):
         """The rebuilt window of ``app_id`` whose first read (``first``) returned ``rows``."""
         pending = [rows]
 
-        def fetch(request: RowRequest) -> list[StoredMessage]:
+        def fetch(request: RowRequest) -> Sequence[StoredMessage]:
             if pending and request == first:
                 return pending.pop()
             return self._sql.fetch(app_id, request)

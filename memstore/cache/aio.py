@@ -287,8 +287,12 @@ class AsyncRedisWindowCache:
     async def _exchange(connection: Any, command: list[bytes]) -> Any:
         if not connection.is_connected:
             await connection.connect()
-        connection._writer.writelines(command)
-        await connection._writer.drain()
+        writer = getattr(connection, "_writer", None)  # redis-py's stream (not public API)
+        if writer is None:  # a redis-py without it: its public send, one task slower
+            await connection.send_packed_command(command, check_health=False)
+        else:
+            writer.writelines(command)
+            await writer.drain()
         return await connection.read_response()
 
     async def read(self, app_id: str) -> CachedWindow:

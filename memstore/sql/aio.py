@@ -22,6 +22,7 @@ from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
+from memstore.sql.direct import arun_direct, direct_statements, runs_on_aiosqlite
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
     install_idle_ping,
@@ -148,6 +149,9 @@ class AsyncSqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine.sync_engine)
+        self._direct = direct_statements(engine.sync_engine)
+        if engine.dialect.driver == "aiosqlite" and not runs_on_aiosqlite(engine):
+            self._direct = None
 
     async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         statement, params = window_rows_statement(app_id, request)
@@ -165,6 +169,15 @@ class AsyncSqlHistory:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
             return [], None
+        direct = self._direct
+        if direct is not None:
+            with translated_errors("writing history"):
+                return await awrite_retrying(
+                    self.engine,
+                    lambda conn: arun_direct(
+                        conn, direct, app_id, plan, issue_ids, self.cipher, chain
+                    ),
+                )
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:
             step = await generation.abump(conn, app_id)

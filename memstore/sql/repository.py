@@ -343,6 +343,9 @@ class SqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine)
+        from memstore.sql.direct import direct_statements
+
+        self._direct = direct_statements(engine)
 
     def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         """Rows for the loader, chronological: one statement, all rows in one fetch."""
@@ -363,7 +366,17 @@ class SqlHistory:
         """
         if not plan.id_count:
             return [], None
+        direct = self._direct
         with translated_errors("writing history"):
+            if direct is not None:
+                from memstore.sql.direct import run_direct
+
+                return write_retrying(
+                    self.engine,
+                    lambda conn: run_direct(
+                        conn, direct, app_id, plan, issue_ids, self.cipher, chain
+                    ),
+                )
             return write_retrying(
                 self.engine,
                 lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher, chain),

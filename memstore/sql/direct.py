@@ -1,0 +1,539 @@
+"""An append's transaction straight on the driver connection: ``sqlite3`` (also inside
+aiosqlite's thread) and psycopg 3 (sync and async, pipelined).
+
+The statements and the order are those of :func:`memstore.sql.repository.insert_plan`: raise
+the app's generation first (the upsert locks the app's row, so writers of one app take
+turns), then read the app's newest ids (and, when asked, its newest summary and a first page
+of its tool requests), issue ids above the newest, check the chain and the requested call
+ids, insert both histories, commit. What differs is the cost of getting there:
+
+* the statements are compiled once per dialect by SQLAlchemy (same SQL, same casts) and sent
+  without SQLAlchemy's per-statement execution context;
+* psycopg sends the reads in one pipeline (``BEGIN``, the upsert, the reads: one round trip;
+  each statement takes its snapshot when the server starts it, so the reads see every write
+  committed before the upsert got the app's lock) and both inserts in another (one round
+  trip); the ``COMMIT`` stays a round trip of its own, so a connection that dies before it
+  is told apart from a commit whose outcome is unknown;
+* SQLite runs the transaction as one call on the connection's thread (``BEGIN IMMEDIATE``,
+  so the write lock is taken before any read): one thread hop under aiosqlite instead of
+  several per statement.
+
+Only engines without statement listeners take this path (``before_cursor_execute`` /
+``after_cursor_execute`` instrumentation and ``echo`` see every statement only through
+SQLAlchemy); other drivers (MySQL/MariaDB, asyncpg) keep :func:`insert_plan`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memstore.core.crypto import RowCipher
+from memstore.core.id_order import newest_of
+from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
+from memstore.core.rows import SUMMARY, TOOL_REQUEST
+from memstore.sql.generation import GenerationStep, bump_statement
+from memstore.sql.repository import (
+    NEWEST_IDS,
+    REQUEST_SCAN_PAGE,
+    ChainCheck,
+    in_app,
+    newest_first,
+    requested_ids_in,
+)
+from memstore.sql.schema import app_generation, display, original
+
+SQLITE_DRIVERS = ("pysqlite", "aiosqlite")
+PSYCOPG_DRIVERS = ("psycopg", "psycopg_async")
+
+
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """One statement compiled for a dialect: its SQL, the order of its positional
+    parameters (``None`` for named ones) and the values of its constant parameters."""
+
+    sql: str
+    order: tuple[str, ...] | None
+    names: tuple[str, ...]
+    constants: dict[str, Any]
+
+    def params(self, values: dict[str, Any]) -> Any:
+        merged = {**self.constants, **values}
+        if self.order is None:
+            return {name: merged[name] for name in self.names}
+        return tuple(merged[name] for name in self.order)
+
+
+def _compiled(statement: Any, dialect: Dialect, placeholders: dict[str, Any]) -> _Statement:
+    compiled = statement.compile(dialect=dialect)
+    constants = compiled.construct_params(placeholders)
+    names = tuple(constants)
+    for name in placeholders:
+        constants.pop(name)
+    order = tuple(compiled.positiontup) if compiled.positiontup is not None else None
+    return _Statement(compiled.string, order, names, constants)
+
+
+_APP = sa.bindparam("d_app", type_=original.c.app_id.type)
+
+
+def _latest_summary() -> sa.Select[Any]:
+    return (
+        sa.select(original.c.id)
+        .where(
+            original.c.app_id == _APP,
+            original.c.message_type == SUMMARY,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(original.c.message_type.desc(), original.c.id.desc())
+        .limit(1)
+    )
+
+
+def _request_page(before: bool) -> sa.Select[Any]:
+    query = (
+        sa.select(original.c.id, original.c.payload)
+        .where(
+            in_app(original, _APP),
+            original.c.message_type == TOOL_REQUEST,
+            original.c.is_deleted == sa.false(),
+        )
+        .order_by(*newest_first(original))
+        .limit(REQUEST_SCAN_PAGE)
+    )
+    if before:
+        query = query.where(original.c.id < sa.bindparam("d_before", type_=sa.BigInteger()))
+    return query
+
+
+class _Rows:
+    """Row dicts of one table to the driver's parameter tuples (or dicts), each value through
+    its column type's bind processor as SQLAlchemy would send it (timestamps as SQLite's
+    text, booleans as integers...)."""
+
+    def __init__(self, table: sa.Table, statement: _Statement, dialect: Dialect) -> None:
+        self.names = tuple(column.name for column in table.columns)
+        self.processors = [
+            (index, process)
+            for index, column in enumerate(table.columns)
+            if (process := column.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        ]
+        self.positional = statement.order is not None
+        if statement.order is not None and tuple(statement.order) != self.names:
+            raise AssertionError("the insert's parameters are not in column order")
+
+    def values(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
+        names = self.names
+        memo: dict[tuple[int, Any], Any] = {}  # a write's rows share app, user, timestamps
+        out: list[Any] = []
+        for row in rows:
+            values = [row[name] for name in names]
+            for index, process in self.processors:
+                value = values[index]
+                if value is not None:
+                    key = (index, value)
+                    processed = memo.get(key, memo)
+                    if processed is memo:
+                        processed = memo[key] = process(value)
+                    values[index] = processed
+            out.append(tuple(values) if self.positional else dict(zip(names, values, strict=True)))
+        return out
+
+
+class DirectStatements:
+    """The statements of a direct write, compiled once for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        bump = bump_statement(dialect, sa.bindparam("gen_app", type_=sa.String))
+        self.bump = _compiled(bump.returning(app_generation.c.generation), dialect, {"gen_app": ""})
+        self.newest = _compiled(NEWEST_IDS, dialect, {"app_id": ""})
+        self.summary = _compiled(_latest_summary(), dialect, {"d_app": ""})
+        self.requests = _compiled(_request_page(False), dialect, {"d_app": ""})
+        self.requests_before = _compiled(_request_page(True), dialect, {"d_app": "", "d_before": 0})
+        self.insert_original = _compiled(original.insert(), dialect, _blank_row(original))
+        self.insert_display = _compiled(display.insert(), dialect, _blank_row(display))
+        self.original_rows = _Rows(original, self.insert_original, dialect)
+        self.display_rows = _Rows(display, self.insert_display, dialect)
+
+
+def _blank_row(table: sa.Table) -> dict[str, Any]:
+    return {column.name: None for column in table.columns}
+
+
+_STATEMENTS: dict[tuple[str, str, str], DirectStatements] = {}
+
+
+def direct_statements(engine: Engine) -> DirectStatements | None:
+    """The compiled statements when ``engine`` can take the direct write, else ``None``:
+    sqlite3, aiosqlite or psycopg, an upsert that returns the generation, and nobody
+    listening to its statements."""
+    dialect = engine.dialect
+    if dialect.driver not in SQLITE_DRIVERS + PSYCOPG_DRIVERS:
+        return None
+    if dialect.driver in SQLITE_DRIVERS and sqlite3.sqlite_version_info < (3, 35):
+        return None  # no RETURNING (the driver links the same library as the sqlite3 module)
+    if engine.echo or engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute:
+        return None
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    cached = _STATEMENTS.get(key)
+    if cached is None:
+        cached = _STATEMENTS[key] = DirectStatements(dialect)
+    return cached
+
+
+# -- the pieces both drivers share ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LockedReads:
+    """What the transaction read right after taking the app's lock."""
+
+    generation: int
+    newest: int
+    summary_id: int | None
+    request_page: list[tuple[int, str]] | None
+    """The newest page of the app's tool requests (asked only when the plan has result ids
+    to resolve)."""
+
+
+def _step(generation: int) -> GenerationStep:
+    return GenerationStep(generation - 1, generation)
+
+
+def _missing_after_page(
+    missing: set[str], page: Sequence[Sequence[Any]], app_id: str, cipher: RowCipher
+) -> int | None:
+    """Strike the call ids ``page`` (newest first) requests off ``missing``; the id to read
+    the next page below, or ``None`` when no page is left to read."""
+    for row_id, payload in page:
+        missing.difference_update(requested_ids_in(payload, app_id, row_id, cipher))
+    if missing and len(page) >= REQUEST_SCAN_PAGE:
+        return int(page[-1][0])
+    return None
+
+
+class _Checked:
+    """The ids and rows of a write, once its reads are in: the chain checked, ids issued."""
+
+    def __init__(
+        self,
+        statements: DirectStatements,
+        app_id: str,
+        plan: WritePlan,
+        issue_ids: IdIssuer,
+        cipher: RowCipher,
+        chain: ChainCheck | None,
+        reads: LockedReads,
+    ) -> None:
+        if chain is not None:
+            chain.check(reads.summary_id)
+        self.ids = issue_ids(plan.id_count, reads.newest)
+        self.missing = set(plan.unresolved_call_ids)
+        self.before: int | None = None
+        """Where the next page of tool requests starts (``None``: no page left to read)."""
+        if self.missing:
+            assert reads.request_page is not None
+            self.before = _missing_after_page(self.missing, reads.request_page, app_id, cipher)
+        self.plan = plan
+        self.statements = statements
+        self.cipher = cipher
+        self.app_id = app_id
+
+    def next_page(self, page: Sequence[Sequence[Any]]) -> None:
+        self.before = _missing_after_page(self.missing, page, self.app_id, self.cipher)
+
+    def page_params(self) -> Any:
+        """The parameters of the next page of tool requests."""
+        return self.statements.requests_before.params(
+            {"d_app": self.app_id, "d_before": self.before}
+        )
+
+    def rows(self) -> tuple[list[Any], list[Any]]:
+        """The parameters of both inserts (raises when a result id stayed unrequested)."""
+        if self.missing:
+            raise unknown_call_error(self.app_id, self.missing)
+        originals, displays = rows_with_ids(self.plan, self.ids, self.cipher)
+        return (
+            self.statements.original_rows.values(originals),
+            self.statements.display_rows.values(displays),
+        )
+
+    def result(self, generation: int) -> tuple[list[int], GenerationStep]:
+        return self.ids[: len(self.plan.original_rows)], _step(generation)
+
+
+def _app(app_id: str) -> dict[str, Any]:
+    return {"gen_app": app_id, "app_id": app_id, "d_app": app_id}
+
+
+# -- SQLite --------------------------------------------------------------------------------------
+
+
+def sqlite_write(
+    conn: sqlite3.Connection,
+    statements: DirectStatements,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None,
+    commit: bool,
+) -> tuple[list[int], GenerationStep]:
+    """The write on a ``sqlite3`` connection, in the calling thread. With ``commit`` the
+    transaction is committed here (rolled back on any failure); without, the caller commits
+    or rolls back (through SQLAlchemy)."""
+    s = statements
+    names = _app(app_id)
+    cursor = conn.cursor()
+    try:
+        cursor.execute("BEGIN IMMEDIATE")
+        generation = cursor.execute(s.bump.sql, s.bump.params(names)).fetchone()[0]
+        summary = None
+        if chain is not None:
+            found = cursor.execute(s.summary.sql, s.summary.params(names)).fetchone()
+            summary = None if found is None else found[0]
+        newest = cursor.execute(s.newest.sql, s.newest.params(names)).fetchone()
+        page = None
+        if plan.unresolved_call_ids:
+            page = cursor.execute(s.requests.sql, s.requests.params(names)).fetchall()
+        reads = LockedReads(int(generation), newest_of(*newest), summary, page)
+        checked = _Checked(s, app_id, plan, issue_ids, cipher, chain, reads)
+        while checked.before is not None:
+            checked.next_page(
+                cursor.execute(s.requests_before.sql, checked.page_params()).fetchall()
+            )
+        originals, displays = checked.rows()
+        if originals:
+            cursor.executemany(s.insert_original.sql, originals)
+        if displays:
+            cursor.executemany(s.insert_display.sql, displays)
+        if commit:
+            conn.commit()
+        return checked.result(int(generation))
+    except BaseException:
+        if commit:
+            conn.rollback()
+        raise
+    finally:
+        cursor.close()
+
+
+# -- psycopg -------------------------------------------------------------------------------------
+
+
+def psycopg_write(
+    conn: Any,
+    statements: DirectStatements,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None,
+) -> tuple[list[int], GenerationStep]:
+    """The write on a psycopg connection in a transaction the caller commits: the reads in
+    one pipeline, the inserts in another."""
+    s = statements
+    names = _app(app_id)
+    with conn.pipeline() as pipe:
+        bump = conn.execute(s.bump.sql, s.bump.params(names))
+        summary = conn.execute(s.summary.sql, s.summary.params(names)) if chain else None
+        newest = conn.execute(s.newest.sql, s.newest.params(names))
+        page = (
+            conn.execute(s.requests.sql, s.requests.params(names))
+            if plan.unresolved_call_ids
+            else None
+        )
+        pipe.sync()
+        generation = int(bump.fetchone()[0])
+        found = None if summary is None else summary.fetchone()
+        reads = LockedReads(
+            generation,
+            newest_of(*newest.fetchone()),
+            None if found is None else found[0],
+            None if page is None else page.fetchall(),
+        )
+        checked = _Checked(s, app_id, plan, issue_ids, cipher, chain, reads)
+        while checked.before is not None:
+            more = conn.execute(s.requests_before.sql, checked.page_params())
+            pipe.sync()
+            checked.next_page(more.fetchall())
+        originals, displays = checked.rows()
+        with conn.cursor() as cursor:
+            if originals:
+                cursor.executemany(s.insert_original.sql, originals)
+            if displays:
+                cursor.executemany(s.insert_display.sql, displays)
+            pipe.sync()
+    return checked.result(generation)
+
+
+async def apsycopg_write(
+    conn: Any,
+    statements: DirectStatements,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None,
+) -> tuple[list[int], GenerationStep]:
+    """:func:`psycopg_write` on a psycopg ``AsyncConnection``."""
+    s = statements
+    names = _app(app_id)
+    async with conn.pipeline() as pipe:
+        bump = await conn.execute(s.bump.sql, s.bump.params(names))
+        summary = await conn.execute(s.summary.sql, s.summary.params(names)) if chain else None
+        newest = await conn.execute(s.newest.sql, s.newest.params(names))
+        page = (
+            await conn.execute(s.requests.sql, s.requests.params(names))
+            if plan.unresolved_call_ids
+            else None
+        )
+        await pipe.sync()
+        generation = int((await bump.fetchone())[0])
+        found = None if summary is None else await summary.fetchone()
+        reads = LockedReads(
+            generation,
+            newest_of(*(await newest.fetchone())),
+            None if found is None else found[0],
+            None if page is None else await page.fetchall(),
+        )
+        checked = _Checked(s, app_id, plan, issue_ids, cipher, chain, reads)
+        while checked.before is not None:
+            more = await conn.execute(s.requests_before.sql, checked.page_params())
+            await pipe.sync()
+            checked.next_page(await more.fetchall())
+        originals, displays = checked.rows()
+        async with conn.cursor() as cursor:
+            if originals:
+                await cursor.executemany(s.insert_original.sql, originals)
+            if displays:
+                await cursor.executemany(s.insert_display.sql, displays)
+            await pipe.sync()
+    return checked.result(generation)
+
+
+# -- driver errors -------------------------------------------------------------------------------
+
+
+def _driver_error_class(driver_conn: Any) -> type[Exception]:
+    if isinstance(driver_conn, sqlite3.Connection):
+        return sqlite3.Error
+    import psycopg
+
+    return psycopg.Error
+
+
+def _is_dead(error: Exception, driver_conn: Any) -> bool:
+    """Whether ``error`` left the connection unusable (the same work may run again on a fresh
+    one, as :func:`memstore.sql.engine.is_dead_connection` decides for SQLAlchemy's errors)."""
+    if isinstance(error, sqlite3.ProgrammingError):
+        return "closed" in str(error)
+    return bool(getattr(driver_conn, "closed", False) or getattr(driver_conn, "broken", False))
+
+
+def wrapped(error: Exception, driver_conn: Any, dialect: Dialect) -> DBAPIError:
+    """A driver error as SQLAlchemy would raise it (no statement parameters), so
+    :func:`memstore.sql.engine.translated_errors` classifies it and the write retries a dead
+    connection once."""
+    wrapped_error = DBAPIError.instance(
+        "memstore direct write",
+        None,
+        error,
+        _driver_error_class(driver_conn),
+        hide_parameters=True,
+        connection_invalidated=_is_dead(error, driver_conn),
+        dialect=dialect,
+    )
+    assert isinstance(wrapped_error, DBAPIError)  # ``error`` is one of the driver's
+    return wrapped_error
+
+
+@contextmanager
+def driver_errors(conn: Connection, driver_conn: Any) -> Iterator[None]:
+    """Re-raise the driver's errors as :func:`wrapped` ones; invalidate a dead connection."""
+    try:
+        yield
+    except _driver_error_class(driver_conn) as error:
+        raised = wrapped(error, driver_conn, conn.dialect)
+        if raised.connection_invalidated:
+            conn.invalidate(error)
+        raise raised from error
+
+
+def run_direct(
+    conn: Connection,
+    statements: DirectStatements,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None,
+) -> tuple[list[int], GenerationStep]:
+    """The direct write on a SQLAlchemy connection in a transaction (the caller commits)."""
+    driver_conn = conn.connection.driver_connection
+    with driver_errors(conn, driver_conn):
+        if isinstance(driver_conn, sqlite3.Connection):
+            return sqlite_write(
+                driver_conn, statements, app_id, plan, issue_ids, cipher, chain, commit=False
+            )
+        return psycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
+
+
+# -- async ---------------------------------------------------------------------------------------
+
+
+def runs_on_aiosqlite(engine: AsyncEngine) -> bool:
+    """Whether the async engine's connections are aiosqlite's, whose worker thread can run
+    the whole SQLite write as one call."""
+    return engine.dialect.driver == "aiosqlite" and hasattr(_aiosqlite_connection(), "_execute")
+
+
+def _aiosqlite_connection() -> type:
+    import aiosqlite
+
+    return aiosqlite.Connection
+
+
+async def arun_direct(
+    conn: AsyncConnection,
+    statements: DirectStatements,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None,
+) -> tuple[list[int], GenerationStep]:
+    """:func:`run_direct` on an async connection in a transaction (the caller commits):
+    psycopg's ``AsyncConnection``, or aiosqlite's thread running :func:`sqlite_write`."""
+    raw = await conn.get_raw_connection()
+    driver_conn = raw.driver_connection
+    target = getattr(driver_conn, "_conn", None) if hasattr(driver_conn, "_execute") else None
+    try:
+        if isinstance(target, sqlite3.Connection):
+            assert driver_conn is not None
+            result: tuple[list[int], GenerationStep] = await driver_conn._execute(
+                sqlite_write,
+                target,
+                statements,
+                app_id,
+                plan,
+                issue_ids,
+                cipher,
+                chain,
+                commit=False,
+            )
+            return result
+        return await apsycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
+    except _driver_error_class(target if target is not None else driver_conn) as error:
+        raised = wrapped(error, target if target is not None else driver_conn, conn.dialect)
+        if raised.connection_invalidated:
+            await conn.invalidate(error)
+        raise raised from error

@@ -22,7 +22,12 @@ from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call
 from memstore.core.window import StoredMessage
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
-from memstore.sql.direct import arun_direct, direct_statements, runs_on_aiosqlite
+from memstore.sql.direct import (
+    aiosqlite_write,
+    arun_direct,
+    direct_statements,
+    runs_on_aiosqlite,
+)
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
     install_idle_ping,
@@ -149,9 +154,8 @@ class AsyncSqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine.sync_engine)
-        self._direct = direct_statements(engine.sync_engine)
-        if engine.dialect.driver == "aiosqlite" and not runs_on_aiosqlite(engine):
-            self._direct = None
+        self._direct = engine.dialect.driver != "aiosqlite" or runs_on_aiosqlite(engine)
+        """See :class:`memstore.sql.repository.SqlHistory`."""
 
     async def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         statement, params = window_rows_statement(app_id, request)
@@ -169,9 +173,13 @@ class AsyncSqlHistory:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
             return [], None
-        direct = self._direct
+        direct = direct_statements(self.engine.sync_engine) if self._direct else None
         if direct is not None:
             with translated_errors("writing history"):
+                if self.engine.dialect.driver == "aiosqlite":
+                    return await aiosqlite_write(
+                        self.engine, direct, app_id, plan, issue_ids, self.cipher, chain
+                    )
                 return await awrite_retrying(
                     self.engine,
                     lambda conn: arun_direct(

@@ -220,32 +220,55 @@ def _missing_after_page(
     return None
 
 
-class _Checked:
-    """The ids and rows of a write, once its reads are in: the chain checked, ids issued."""
+class _Write:
+    """One write's ids, rows and checks: the app's reads taken under its lock come in, the
+    verdict (chain, ids above the newest, every result id requested) goes out."""
 
     def __init__(
         self,
         statements: DirectStatements,
         app_id: str,
         plan: WritePlan,
-        issue_ids: IdIssuer,
         cipher: RowCipher,
         chain: ChainCheck | None,
-        reads: LockedReads,
     ) -> None:
-        if chain is not None:
-            chain.check(reads.summary_id)
-        self.ids = issue_ids(plan.id_count, reads.newest)
+        self.statements = statements
+        self.app_id = app_id
+        self.plan = plan
+        self.cipher = cipher
+        self.chain = chain
+        self.names = _app(app_id)
+        self.ids: list[int] = []
         self.missing = set(plan.unresolved_call_ids)
         self.before: int | None = None
         """Where the next page of tool requests starts (``None``: no page left to read)."""
-        if self.missing:
-            assert reads.request_page is not None
-            self.before = _missing_after_page(self.missing, reads.request_page, app_id, cipher)
-        self.plan = plan
-        self.statements = statements
-        self.cipher = cipher
-        self.app_id = app_id
+
+    def issue(self, issue_ids: IdIssuer, newest: int) -> tuple[list[Any], list[Any]]:
+        """Issue the ids above ``newest``; the parameters of both inserts."""
+        self.ids = issue_ids(self.plan.id_count, newest)
+        originals, displays = rows_with_ids(self.plan, self.ids, self.cipher)
+        return (
+            self.statements.original_rows.values(originals),
+            self.statements.display_rows.values(displays),
+        )
+
+    def overtaken(self, reads: LockedReads) -> bool:
+        """Whether a row of the app is at or above the first id issued before the reads (a
+        writer whose clock is ahead): the ids must then be issued again, above it."""
+        return reads.newest >= self.ids[0]
+
+    def check(self, reads: LockedReads) -> None:
+        """The chain, and the first page of tool requests when it was read along (in a
+        pipeline whose ids were not overtaken, every row it saw is below them)."""
+        if self.chain is not None:
+            self.chain.check(reads.summary_id)
+        if self.missing and reads.request_page is not None:
+            self.next_page(reads.request_page)
+
+    def scan_below_ids(self) -> None:
+        """Look for the requested call ids below the ids issued (page by page, newest first):
+        a result must answer a request stored before it."""
+        self.before = self.ids[0] if self.missing else None
 
     def next_page(self, page: Sequence[Sequence[Any]]) -> None:
         self.before = _missing_after_page(self.missing, page, self.app_id, self.cipher)
@@ -256,15 +279,10 @@ class _Checked:
             {"d_app": self.app_id, "d_before": self.before}
         )
 
-    def rows(self) -> tuple[list[Any], list[Any]]:
-        """The parameters of both inserts (raises when a result id stayed unrequested)."""
+    def answered(self) -> None:
+        """Raise when a result id answers no stored request (all pages read)."""
         if self.missing:
             raise unknown_call_error(self.app_id, self.missing)
-        originals, displays = rows_with_ids(self.plan, self.ids, self.cipher)
-        return (
-            self.statements.original_rows.values(originals),
-            self.statements.display_rows.values(displays),
-        )
 
     def result(self, generation: int) -> tuple[list[int], GenerationStep]:
         return self.ids[: len(self.plan.original_rows)], _step(generation)
@@ -291,33 +309,30 @@ def sqlite_write(
     transaction is committed here (rolled back on any failure); without, the caller commits
     or rolls back (through SQLAlchemy)."""
     s = statements
-    names = _app(app_id)
+    write = _Write(s, app_id, plan, cipher, chain)
+    names = write.names
     cursor = conn.cursor()
     try:
         cursor.execute("BEGIN IMMEDIATE")
-        generation = cursor.execute(s.bump.sql, s.bump.params(names)).fetchone()[0]
+        generation = int(cursor.execute(s.bump.sql, s.bump.params(names)).fetchone()[0])
         summary = None
         if chain is not None:
             found = cursor.execute(s.summary.sql, s.summary.params(names)).fetchone()
             summary = None if found is None else found[0]
-        newest = cursor.execute(s.newest.sql, s.newest.params(names)).fetchone()
-        page = None
-        if plan.unresolved_call_ids:
-            page = cursor.execute(s.requests.sql, s.requests.params(names)).fetchall()
-        reads = LockedReads(int(generation), newest_of(*newest), summary, page)
-        checked = _Checked(s, app_id, plan, issue_ids, cipher, chain, reads)
-        while checked.before is not None:
-            checked.next_page(
-                cursor.execute(s.requests_before.sql, checked.page_params()).fetchall()
-            )
-        originals, displays = checked.rows()
+        newest = newest_of(*cursor.execute(s.newest.sql, s.newest.params(names)).fetchone())
+        write.check(LockedReads(generation, newest, summary, None))
+        originals, displays = write.issue(issue_ids, newest)
+        write.scan_below_ids()
+        while write.before is not None:
+            write.next_page(cursor.execute(s.requests_before.sql, write.page_params()).fetchall())
+        write.answered()
         if originals:
             cursor.executemany(s.insert_original.sql, originals)
         if displays:
             cursor.executemany(s.insert_display.sql, displays)
         if commit:
             conn.commit()
-        return checked.result(int(generation))
+        return write.result(generation)
     except BaseException:
         if commit:
             conn.rollback()
@@ -327,6 +342,24 @@ def sqlite_write(
 
 
 # -- psycopg -------------------------------------------------------------------------------------
+#
+# One pipeline holds the whole transaction but its COMMIT: the upsert (which waits for the
+# app's lock), the reads, then both inserts, with ids issued before it was sent. The server
+# runs the statements in order, each on a snapshot taken when it starts, so the reads see
+# every write committed before the lock was granted. Before committing, the reads are
+# checked: a row at or above the first id sent (a writer whose clock is ahead) makes the
+# write roll back and run again with the reads first and ids above the newest (the path
+# SQLite takes); a broken chain or an unrequested result id rolls back and raises. The COMMIT
+# is its own round trip, so a connection that dies before it wrote nothing and is retried.
+
+
+def _reads(generation: Any, newest: Any, summary: Any, page: list[Any] | None) -> LockedReads:
+    return LockedReads(
+        int(generation[0]),
+        newest_of(*newest),
+        None if summary is None else summary[0],
+        page,
+    )
 
 
 def psycopg_write(
@@ -338,10 +371,11 @@ def psycopg_write(
     cipher: RowCipher,
     chain: ChainCheck | None,
 ) -> tuple[list[int], GenerationStep]:
-    """The write on a psycopg connection in a transaction the caller commits: the reads in
-    one pipeline, the inserts in another."""
+    """The write on a psycopg connection in a transaction the caller commits."""
     s = statements
-    names = _app(app_id)
+    write = _Write(s, app_id, plan, cipher, chain)
+    names = write.names
+    originals, displays = write.issue(issue_ids, -1)
     with conn.pipeline() as pipe:
         bump = conn.execute(s.bump.sql, s.bump.params(names))
         summary = conn.execute(s.summary.sql, s.summary.params(names)) if chain else None
@@ -351,28 +385,58 @@ def psycopg_write(
             if plan.unresolved_call_ids
             else None
         )
-        pipe.sync()
-        generation = int(bump.fetchone()[0])
-        found = None if summary is None else summary.fetchone()
-        reads = LockedReads(
-            generation,
-            newest_of(*newest.fetchone()),
-            None if found is None else found[0],
-            None if page is None else page.fetchall(),
-        )
-        checked = _Checked(s, app_id, plan, issue_ids, cipher, chain, reads)
-        while checked.before is not None:
-            more = conn.execute(s.requests_before.sql, checked.page_params())
-            pipe.sync()
-            checked.next_page(more.fetchall())
-        originals, displays = checked.rows()
         with conn.cursor() as cursor:
             if originals:
                 cursor.executemany(s.insert_original.sql, originals)
             if displays:
                 cursor.executemany(s.insert_display.sql, displays)
             pipe.sync()
-    return checked.result(generation)
+        reads = _reads(
+            bump.fetchone(),
+            newest.fetchone(),
+            None if summary is None else summary.fetchone(),
+            None if page is None else page.fetchall(),
+        )
+    if write.overtaken(reads):
+        conn.rollback()
+        return _psycopg_reads_first(conn, write, issue_ids)
+    write.check(reads)
+    while write.before is not None:
+        write.next_page(conn.execute(s.requests_before.sql, write.page_params()).fetchall())
+    write.answered()
+    return write.result(reads.generation)
+
+
+def _psycopg_reads_first(
+    conn: Any, write: _Write, issue_ids: IdIssuer
+) -> tuple[list[int], GenerationStep]:
+    s, names = write.statements, write.names
+    with conn.pipeline() as pipe:
+        bump = conn.execute(s.bump.sql, s.bump.params(names))
+        summary = conn.execute(s.summary.sql, s.summary.params(names)) if write.chain else None
+        newest = conn.execute(s.newest.sql, s.newest.params(names))
+        pipe.sync()
+        reads = _reads(
+            bump.fetchone(),
+            newest.fetchone(),
+            None if summary is None else summary.fetchone(),
+            None,
+        )
+        write.check(reads)
+        originals, displays = write.issue(issue_ids, reads.newest)
+        write.scan_below_ids()
+        while write.before is not None:
+            more = conn.execute(s.requests_before.sql, write.page_params())
+            pipe.sync()
+            write.next_page(more.fetchall())
+        write.answered()
+        with conn.cursor() as cursor:
+            if originals:
+                cursor.executemany(s.insert_original.sql, originals)
+            if displays:
+                cursor.executemany(s.insert_display.sql, displays)
+            pipe.sync()
+    return write.result(reads.generation)
 
 
 async def apsycopg_write(
@@ -386,7 +450,9 @@ async def apsycopg_write(
 ) -> tuple[list[int], GenerationStep]:
     """:func:`psycopg_write` on a psycopg ``AsyncConnection``."""
     s = statements
-    names = _app(app_id)
+    write = _Write(s, app_id, plan, cipher, chain)
+    names = write.names
+    originals, displays = write.issue(issue_ids, -1)
     async with conn.pipeline() as pipe:
         bump = await conn.execute(s.bump.sql, s.bump.params(names))
         summary = await conn.execute(s.summary.sql, s.summary.params(names)) if chain else None
@@ -396,28 +462,61 @@ async def apsycopg_write(
             if plan.unresolved_call_ids
             else None
         )
-        await pipe.sync()
-        generation = int((await bump.fetchone())[0])
-        found = None if summary is None else await summary.fetchone()
-        reads = LockedReads(
-            generation,
-            newest_of(*(await newest.fetchone())),
-            None if found is None else found[0],
-            None if page is None else await page.fetchall(),
-        )
-        checked = _Checked(s, app_id, plan, issue_ids, cipher, chain, reads)
-        while checked.before is not None:
-            more = await conn.execute(s.requests_before.sql, checked.page_params())
-            await pipe.sync()
-            checked.next_page(await more.fetchall())
-        originals, displays = checked.rows()
         async with conn.cursor() as cursor:
             if originals:
                 await cursor.executemany(s.insert_original.sql, originals)
             if displays:
                 await cursor.executemany(s.insert_display.sql, displays)
             await pipe.sync()
-    return checked.result(generation)
+        reads = _reads(
+            await bump.fetchone(),
+            await newest.fetchone(),
+            None if summary is None else await summary.fetchone(),
+            None if page is None else await page.fetchall(),
+        )
+    if write.overtaken(reads):
+        await conn.rollback()
+        return await _apsycopg_reads_first(conn, write, issue_ids)
+    write.check(reads)
+    while write.before is not None:
+        more = await conn.execute(s.requests_before.sql, write.page_params())
+        write.next_page(await more.fetchall())
+    write.answered()
+    return write.result(reads.generation)
+
+
+async def _apsycopg_reads_first(
+    conn: Any, write: _Write, issue_ids: IdIssuer
+) -> tuple[list[int], GenerationStep]:
+    s, names = write.statements, write.names
+    async with conn.pipeline() as pipe:
+        bump = await conn.execute(s.bump.sql, s.bump.params(names))
+        summary = (
+            await conn.execute(s.summary.sql, s.summary.params(names)) if write.chain else None
+        )
+        newest = await conn.execute(s.newest.sql, s.newest.params(names))
+        await pipe.sync()
+        reads = _reads(
+            await bump.fetchone(),
+            await newest.fetchone(),
+            None if summary is None else await summary.fetchone(),
+            None,
+        )
+        write.check(reads)
+        originals, displays = write.issue(issue_ids, reads.newest)
+        write.scan_below_ids()
+        while write.before is not None:
+            more = await conn.execute(s.requests_before.sql, write.page_params())
+            await pipe.sync()
+            write.next_page(await more.fetchall())
+        write.answered()
+        async with conn.cursor() as cursor:
+            if originals:
+                await cursor.executemany(s.insert_original.sql, originals)
+            if displays:
+                await cursor.executemany(s.insert_display.sql, displays)
+            await pipe.sync()
+    return write.result(reads.generation)
 
 
 # -- driver errors -------------------------------------------------------------------------------
@@ -512,28 +611,54 @@ async def arun_direct(
     chain: ChainCheck | None,
 ) -> tuple[list[int], GenerationStep]:
     """:func:`run_direct` on an async connection in a transaction (the caller commits):
-    psycopg's ``AsyncConnection``, or aiosqlite's thread running :func:`sqlite_write`."""
+    psycopg's ``AsyncConnection``."""
     raw = await conn.get_raw_connection()
     driver_conn = raw.driver_connection
-    target = getattr(driver_conn, "_conn", None) if hasattr(driver_conn, "_execute") else None
     try:
-        if isinstance(target, sqlite3.Connection):
-            assert driver_conn is not None
-            result: tuple[list[int], GenerationStep] = await driver_conn._execute(
-                sqlite_write,
-                target,
-                statements,
-                app_id,
-                plan,
-                issue_ids,
-                cipher,
-                chain,
-                commit=False,
-            )
-            return result
         return await apsycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
-    except _driver_error_class(target if target is not None else driver_conn) as error:
-        raised = wrapped(error, target if target is not None else driver_conn, conn.dialect)
+    except _driver_error_class(driver_conn) as error:
+        raised = wrapped(error, driver_conn, conn.dialect)
         if raised.connection_invalidated:
             await conn.invalidate(error)
         raise raised from error
+
+
+async def aiosqlite_write(
+    engine: AsyncEngine,
+    statements: DirectStatements,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None,
+) -> tuple[list[int], GenerationStep]:
+    """:func:`sqlite_write` as one call on the aiosqlite connection's thread, committing
+    there (one thread hop; the pool's rollback at check-in is the other). A connection found
+    closed before the commit is replaced and the write runs once more (a closed SQLite
+    connection rolled its transaction back)."""
+    for attempt in (1, 2):
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver_conn: Any = raw.driver_connection
+            target = driver_conn._conn
+            try:
+                result: tuple[list[int], GenerationStep] = await driver_conn._execute(
+                    sqlite_write,
+                    target,
+                    statements,
+                    app_id,
+                    plan,
+                    issue_ids,
+                    cipher,
+                    chain,
+                    commit=True,
+                )
+                return result
+            except sqlite3.Error as error:
+                raised = wrapped(error, target, conn.dialect)
+                if raised.connection_invalidated:
+                    await conn.invalidate(error)
+                    if attempt == 1:
+                        continue
+                raise raised from error
+    raise AssertionError("unreachable")  # pragma: no cover

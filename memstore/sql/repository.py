@@ -343,9 +343,9 @@ class SqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine)
-        from memstore.sql.direct import direct_statements
-
-        self._direct = direct_statements(engine)
+        self._direct = True
+        """Whether appends may take the direct write (:mod:`memstore.sql.direct`) when the
+        engine allows it (decided per write: a statement listener can come at any time)."""
 
     def fetch(self, app_id: str, request: RowRequest) -> list[StoredMessage]:
         """Rows for the loader, chronological: one statement, all rows in one fetch."""
@@ -366,11 +366,11 @@ class SqlHistory:
         """
         if not plan.id_count:
             return [], None
-        direct = self._direct
+        from memstore.sql.direct import direct_statements, run_direct
+
+        direct = direct_statements(self.engine) if self._direct else None
         with translated_errors("writing history"):
             if direct is not None:
-                from memstore.sql.direct import run_direct
-
                 return write_retrying(
                     self.engine,
                     lambda conn: run_direct(

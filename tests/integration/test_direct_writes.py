@@ -68,7 +68,7 @@ def store_on(engine: Engine) -> MemoryStore:
 
 
 def generic(history: SqlHistory | AsyncSqlHistory) -> None:
-    history._direct = None
+    history._direct = False
 
 
 def turn(prefix: str = "") -> list[Any]:
@@ -104,14 +104,20 @@ def test_sqlite_and_psycopg_take_the_direct_path_unless_statements_are_listened_
     own_engine: Engine,
 ) -> None:
     expected = own_engine.dialect.name != "mysql"
-    assert (SqlHistory(own_engine, PLAIN)._direct is not None) is expected
+    assert (direct_statements(own_engine) is not None) is expected
+    seen: list[str] = []
 
     @event.listens_for(own_engine, "before_cursor_execute")
-    def _seen(*_args: Any) -> None:
-        pass
+    def _seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement.split()[0].upper())
 
     assert direct_statements(own_engine) is None
-    assert SqlHistory(own_engine, PLAIN)._direct is None
+    store = store_on(own_engine)  # a listener added after the store was made still sees all
+    try:
+        store.append(app(), [UserMessage(text="seen")])
+    finally:
+        store.close()
+    assert seen.count("INSERT") >= 3
 
 
 @pytest.mark.parametrize("engine", DATABASES, indirect=True)
@@ -119,7 +125,10 @@ def test_the_async_engines_of_sqlite_and_psycopg_take_it_too(engine: Engine) -> 
     async def main() -> bool:
         async_engine = make_async_engine(engine.url.render_as_string(hide_password=False))
         try:
-            return AsyncSqlHistory(async_engine, PLAIN)._direct is not None
+            return (
+                AsyncSqlHistory(async_engine, PLAIN)._direct
+                and direct_statements(async_engine.sync_engine) is not None
+            )
         finally:
             await async_engine.dispose()
 
@@ -168,7 +177,7 @@ def test_ids_go_above_the_newest_row_of_either_history(engine: Engine) -> None:
     app_id = app()
     history = SqlHistory(engine, PLAIN)
     now = datetime.now(timezone.utc)
-    high = (1 << 60) + 12345
+    high = (1 << 60) + uuid.uuid4().int % (1 << 40)
     with engine.begin() as conn:  # a display row written by a writer whose clock is ahead
         conn.execute(
             display.insert(),
@@ -188,13 +197,19 @@ def test_ids_go_above_the_newest_row_of_either_history(engine: Engine) -> None:
         )
     seen: list[int] = []
 
+    below_high = (1 << 59) + uuid.uuid4().int % (1 << 40)  # a clock behind the other writer
+
     def issue(count: int, above: int) -> list[int]:
         seen.append(above)
-        return [above + 1 + i for i in range(count)]
+        return [max(above, below_high) + 1 + i for i in range(count)]
 
     plan = plan_write(app_id, None, [UserMessage(text="hi")], [], now=now, max_text_bytes=100)
     ids, _ = history.insert(app_id, plan, issue)
-    assert seen == [high] and ids == [high + 1]
+    # psycopg sends ids issued before the reads (here: -1 + 1) and, overtaken, rolls back
+    # and issues them again above the newest row; SQLite reads first
+    assert seen[-1] == high and ids == [high + 1]
+    assert count(engine, app_id) == (1, 1)
+    assert generation_of(engine, app_id) == 1
 
 
 @pytest.mark.parametrize("engine", DIRECT, indirect=True)
@@ -209,8 +224,9 @@ def test_a_result_answers_a_request_many_pages_back(engine: Engine) -> None:
             text=None, tool_requests=[ToolRequest(id="other", name="t", arguments="{}")]
         )
         rows = []
+        base = (1 << 61) + uuid.uuid4().int % (1 << 40)
         for i in range(REQUEST_SCAN_PAGE + 5):  # more request rows than one page holds
-            row = original_row((1 << 61) + i, app_id, None, filler, now)
+            row = original_row(base + i, app_id, None, filler, now)
             assert row["message_type"] == TOOL_REQUEST
             rows.append(row)
         with engine.begin() as conn:
@@ -302,7 +318,7 @@ def test_a_connection_that_dies_before_the_inserts_is_retried_once(own_engine: E
 
     store._issue_ids = dying  # type: ignore[method-assign]
     try:
-        assert store._sql._direct is not None
+        assert direct_statements(own_engine) is not None
         ids = store.append(app_id, [UserMessage(text="one"), UserMessage(text="two")])
         assert kills and len(ids) == 2
         assert [m.text for m in store.load_window(app_id, 10)] == ["one", "two"]
@@ -339,7 +355,7 @@ def test_the_async_direct_write_retries_a_dead_connection_once(engine: Engine) -
 
         store._issue_ids = dying  # type: ignore[method-assign]
         try:
-            assert store._sql._direct is not None
+            assert direct_statements(store.engine.sync_engine) is not None
             ids = await store.append(app_id, [UserMessage(text="one"), UserMessage(text="two")])
             assert kills and len(ids) == 2
             assert [m.text for m in await store.load_window(app_id, 10)] == ["one", "two"]

@@ -114,23 +114,41 @@ def _request_page(before: bool) -> sa.Select[Any]:
     return query
 
 
-class _Rows:
-    """Row dicts of one table to the driver's parameter tuples (or dicts), each value through
-    its column type's bind processor as SQLAlchemy would send it (timestamps as SQLite's
-    text, booleans as integers...)."""
+class _Insert:
+    """The insert of one table's rows and the rows' parameters, each value through its
+    column type's bind processor as SQLAlchemy would send it (timestamps as SQLite's text,
+    booleans as integers...).
 
-    def __init__(self, table: sa.Table, statement: _Statement, dialect: Dialect) -> None:
+    SQLite: the table's ``INSERT`` compiled by SQLAlchemy, run with ``executemany`` (one
+    prepared statement stepped per row, no round trips to save). PostgreSQL: one
+    ``INSERT ... SELECT * FROM unnest(<one array per column>)``, a single statement whatever
+    the number of rows (psycopg would otherwise queue and send one command per row)."""
+
+    def __init__(self, table: sa.Table, dialect: Dialect) -> None:
         self.names = tuple(column.name for column in table.columns)
         self.processors = [
             (index, process)
             for index, column in enumerate(table.columns)
             if (process := column.type.dialect_impl(dialect).bind_processor(dialect)) is not None
         ]
-        self.positional = statement.order is not None
-        if statement.order is not None and tuple(statement.order) != self.names:
-            raise AssertionError("the insert's parameters are not in column order")
+        self.columnar = dialect.name == "postgresql"
+        if self.columnar:
+            arrays = ", ".join(
+                f"%b::{column.type.compile(dialect=dialect)}[]" for column in table.columns
+            )
+            self.sql = (
+                f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
+                f"({', '.join(self.names)}) SELECT * FROM unnest({arrays})"
+            )
+            return
+        compiled = table.insert().compile(dialect=dialect)
+        if compiled.positiontup is None or tuple(compiled.positiontup) != self.names:
+            raise ValueError("the insert's parameters are not positional, in column order")
+        self.sql = compiled.string
 
-    def values(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
+    def values(self, rows: Sequence[dict[str, Any]]) -> Any:
+        """``executemany`` parameters (one tuple per row), or the ``unnest`` statement's
+        (one list per column)."""
         names = self.names
         memo: dict[tuple[int, Any], Any] = {}  # a write's rows share app, user, timestamps
         out: list[Any] = []
@@ -144,8 +162,10 @@ class _Rows:
                     if processed is memo:
                         processed = memo[key] = process(value)
                     values[index] = processed
-            out.append(tuple(values) if self.positional else dict(zip(names, values, strict=True)))
-        return out
+            out.append(values)
+        if self.columnar:
+            return [list(column) for column in zip(*out, strict=True)] if out else None
+        return [tuple(values) for values in out]
 
 
 class DirectStatements:
@@ -158,14 +178,8 @@ class DirectStatements:
         self.summary = _compiled(_latest_summary(), dialect, {"d_app": ""})
         self.requests = _compiled(_request_page(False), dialect, {"d_app": ""})
         self.requests_before = _compiled(_request_page(True), dialect, {"d_app": "", "d_before": 0})
-        self.insert_original = _compiled(original.insert(), dialect, _blank_row(original))
-        self.insert_display = _compiled(display.insert(), dialect, _blank_row(display))
-        self.original_rows = _Rows(original, self.insert_original, dialect)
-        self.display_rows = _Rows(display, self.insert_display, dialect)
-
-
-def _blank_row(table: sa.Table) -> dict[str, Any]:
-    return {column.name: None for column in table.columns}
+        self.insert_original = _Insert(original, dialect)
+        self.insert_display = _Insert(display, dialect)
 
 
 _STATEMENTS: dict[tuple[str, str, str], DirectStatements] = {}
@@ -248,8 +262,8 @@ class _Write:
         self.ids = issue_ids(self.plan.id_count, newest)
         originals, displays = rows_with_ids(self.plan, self.ids, self.cipher)
         return (
-            self.statements.original_rows.values(originals),
-            self.statements.display_rows.values(displays),
+            self.statements.insert_original.values(originals),
+            self.statements.insert_display.values(displays),
         )
 
     def overtaken(self, reads: LockedReads) -> bool:
@@ -385,12 +399,11 @@ def psycopg_write(
             if plan.unresolved_call_ids
             else None
         )
-        with conn.cursor() as cursor:
-            if originals:
-                cursor.executemany(s.insert_original.sql, originals)
-            if displays:
-                cursor.executemany(s.insert_display.sql, displays)
-            pipe.sync()
+        if originals:
+            conn.execute(s.insert_original.sql, originals)
+        if displays:
+            conn.execute(s.insert_display.sql, displays)
+        pipe.sync()
         reads = _reads(
             bump.fetchone(),
             newest.fetchone(),
@@ -430,12 +443,11 @@ def _psycopg_reads_first(
             pipe.sync()
             write.next_page(more.fetchall())
         write.answered()
-        with conn.cursor() as cursor:
-            if originals:
-                cursor.executemany(s.insert_original.sql, originals)
-            if displays:
-                cursor.executemany(s.insert_display.sql, displays)
-            pipe.sync()
+        if originals:
+            conn.execute(s.insert_original.sql, originals)
+        if displays:
+            conn.execute(s.insert_display.sql, displays)
+        pipe.sync()
     return write.result(reads.generation)
 
 
@@ -462,12 +474,11 @@ async def apsycopg_write(
             if plan.unresolved_call_ids
             else None
         )
-        async with conn.cursor() as cursor:
-            if originals:
-                await cursor.executemany(s.insert_original.sql, originals)
-            if displays:
-                await cursor.executemany(s.insert_display.sql, displays)
-            await pipe.sync()
+        if originals:
+            await conn.execute(s.insert_original.sql, originals)
+        if displays:
+            await conn.execute(s.insert_display.sql, displays)
+        await pipe.sync()
         reads = _reads(
             await bump.fetchone(),
             await newest.fetchone(),
@@ -510,12 +521,11 @@ async def _apsycopg_reads_first(
             await pipe.sync()
             write.next_page(await more.fetchall())
         write.answered()
-        async with conn.cursor() as cursor:
-            if originals:
-                await cursor.executemany(s.insert_original.sql, originals)
-            if displays:
-                await cursor.executemany(s.insert_display.sql, displays)
-            await pipe.sync()
+        if originals:
+            await conn.execute(s.insert_original.sql, originals)
+        if displays:
+            await conn.execute(s.insert_display.sql, displays)
+        await pipe.sync()
     return write.result(reads.generation)
 
 

@@ -16,7 +16,9 @@ ids, insert both histories, commit. What differs is the cost of getting there:
   is told apart from a commit whose outcome is unknown;
 * SQLite runs the transaction as one call on the connection's thread (``BEGIN IMMEDIATE``,
   so the write lock is taken before any read): one thread hop under aiosqlite instead of
-  several per statement.
+  several per statement; the ids and rows are made before the lock (and made again in the
+  rare case a row of the app is already at or above them), so other writers wait only for
+  the statements.
 
 Only engines without statement listeners take this path (``before_cursor_execute`` /
 ``after_cursor_execute`` instrumentation and ``echo`` see every statement only through
@@ -266,10 +268,17 @@ class _Write:
             self.statements.insert_display.values(displays),
         )
 
-    def overtaken(self, reads: LockedReads) -> bool:
-        """Whether a row of the app is at or above the first id issued before the reads (a
-        writer whose clock is ahead): the ids must then be issued again, above it."""
-        return reads.newest >= self.ids[0]
+    def overtaken(self, reads: LockedReads, issue_ids: IdIssuer) -> bool:
+        """Whether the ids issued before the app's lock must be issued again, above the
+        newest id read under it: a row of the app is at or above the first of them (a writer
+        whose clock is ahead). Else the issuer confirms that the lease it issued them on still
+        holds (asked for no ids, it raises :class:`~memstore.errors.WorkerLeaseLostError`
+        when the lease lapsed while the write waited for the lock), so no id of a lapsed lease
+        is written."""
+        if reads.newest >= self.ids[0]:
+            return True
+        issue_ids(0, reads.newest)
+        return False
 
     def check(self, reads: LockedReads) -> None:
         """The chain, and the first page of tool requests when it was read along (in a
@@ -325,6 +334,9 @@ def sqlite_write(
     s = statements
     write = _Write(s, app_id, plan, cipher, chain)
     names = write.names
+    # ids and rows before the write lock, which other writers wait for meanwhile; checked
+    # against the app's newest id under the lock (see _Write.overtaken)
+    originals, displays = write.issue(issue_ids, -1)
     cursor = conn.cursor()
     try:
         cursor.execute("BEGIN IMMEDIATE")
@@ -334,8 +346,10 @@ def sqlite_write(
             found = cursor.execute(s.summary.sql, s.summary.params(names)).fetchone()
             summary = None if found is None else found[0]
         newest = newest_of(*cursor.execute(s.newest.sql, s.newest.params(names)).fetchone())
-        write.check(LockedReads(generation, newest, summary, None))
-        originals, displays = write.issue(issue_ids, newest)
+        reads = LockedReads(generation, newest, summary, None)
+        write.check(reads)
+        if write.overtaken(reads, issue_ids):
+            originals, displays = write.issue(issue_ids, newest)
         write.scan_below_ids()
         while write.before is not None:
             write.next_page(cursor.execute(s.requests_before.sql, write.page_params()).fetchall())
@@ -410,7 +424,7 @@ def psycopg_write(
             None if summary is None else summary.fetchone(),
             None if page is None else page.fetchall(),
         )
-    if write.overtaken(reads):
+    if write.overtaken(reads, issue_ids):
         conn.rollback()
         return _psycopg_reads_first(conn, write, issue_ids)
     write.check(reads)
@@ -485,7 +499,7 @@ async def apsycopg_write(
             None if summary is None else await summary.fetchone(),
             None if page is None else await page.fetchall(),
         )
-    if write.overtaken(reads):
+    if write.overtaken(reads, issue_ids):
         await conn.rollback()
         return await _apsycopg_reads_first(conn, write, issue_ids)
     write.check(reads)

@@ -151,7 +151,7 @@ def test_the_direct_write_stores_what_the_sqlalchemy_path_stores(engine: Engine)
 
     def issue(count_: int, above: int) -> list[int]:
         ids = [max(above, last[0]) + 1 + i for i in range(count_)]
-        last[0] = ids[-1]
+        last[0] = ids[-1] if ids else last[0]
         return ids
 
     for history, app_id in ((direct_history, direct_app), (generic_history, generic_app)):
@@ -205,9 +205,9 @@ def test_ids_go_above_the_newest_row_of_either_history(engine: Engine) -> None:
 
     plan = plan_write(app_id, None, [UserMessage(text="hi")], [], now=now, max_text_bytes=100)
     ids, _ = history.insert(app_id, plan, issue)
-    # psycopg sends ids issued before the reads (here: -1 + 1) and, overtaken, rolls back
-    # and issues them again above the newest row; SQLite reads first
-    assert seen[-1] == high and ids == [high + 1]
+    # ids are issued before the app's lock (above -1: below the other writer's row), then,
+    # overtaken, issued again above the newest row read under the lock
+    assert seen[0] == -1 and seen[-1] == high and ids == [high + 1]
     assert count(engine, app_id) == (1, 1)
     assert generation_of(engine, app_id) == 1
 
@@ -439,3 +439,37 @@ def test_a_lease_lost_inside_the_transaction_leaves_nothing_written(engine: Engi
         history.insert(app_id, plan, lapsed)
     assert count(engine, app_id) == (0, 0)
     assert generation_of(engine, app_id) == 0
+
+
+@pytest.mark.parametrize("scratch_database_url", DIRECT, indirect=True)
+def test_ids_issued_before_a_lease_lapsed_while_waiting_for_the_lock_are_never_written(
+    scratch_database_url: str,
+) -> None:
+    """The direct write issues ids before it waits for the app's lock; a lease that lapsed
+    meanwhile makes it roll back, renew, and write fresh ids."""
+    with MemoryStore(Settings(database_url=scratch_database_url, worker_id=0)) as setup:
+        setup.migrate()
+    with MemoryStore(Settings(database_url=scratch_database_url)) as store:
+        app_id = app()
+        store.append(app_id, [UserMessage(text="leases an id")])
+        issue = store._issue_ids
+        first: list[int] = []
+
+        def lapsing_after_issue(count_: int, above: int) -> list[int]:
+            ids = issue(count_, above)
+            if not first and count_:
+                first.extend(ids)
+                lease = store._lease
+                assert lease is not None
+                store._lease = lease.renewed(lease.renewed_at - 10 * lease.ttl_seconds)
+            return ids
+
+        store._issue_ids = lapsing_after_issue  # type: ignore[method-assign]
+        ids = store.append(app_id, [UserMessage(text="after the wait")])
+        assert first and not set(first) & set(ids)
+        with store.engine.connect() as conn:
+            stored_ids = set(
+                conn.execute(sa.select(original.c.id).where(original.c.app_id == app_id)).scalars()
+            )
+        assert not set(first) & stored_ids and set(ids) <= stored_ids
+        assert count(store.engine, app_id) == (2, 2)

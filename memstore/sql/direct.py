@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import await_only, greenlet_spawn
 
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
@@ -657,32 +658,38 @@ async def aiosqlite_write(
     chain: ChainCheck | None,
 ) -> tuple[list[int], GenerationStep]:
     """:func:`sqlite_write` as one call on the aiosqlite connection's thread, committing
-    there (one thread hop; the pool's rollback at check-in is the other). A connection found
-    closed before the commit is replaced and the write runs once more (a closed SQLite
-    connection rolled its transaction back)."""
-    for attempt in (1, 2):
-        async with engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            driver_conn: Any = raw.driver_connection
-            target = driver_conn._conn
-            try:
-                result: tuple[list[int], GenerationStep] = await driver_conn._execute(
-                    sqlite_write,
-                    target,
-                    statements,
-                    app_id,
-                    plan,
-                    issue_ids,
-                    cipher,
-                    chain,
-                    commit=True,
-                )
-                return result
-            except sqlite3.Error as error:
-                raised = wrapped(error, target, conn.dialect)
-                if raised.connection_invalidated:
-                    await conn.invalidate(error)
-                    if attempt == 1:
-                        continue
-                raise raised from error
-    raise AssertionError("unreachable")  # pragma: no cover
+    there: checking a connection out, the write and checking it in run in one greenlet (the
+    pool's rollback at check-in is the only other thread hop). A connection found closed
+    before the commit is replaced and the write runs once more (a closed SQLite connection
+    rolled its transaction back)."""
+
+    def work() -> tuple[list[int], GenerationStep]:
+        for attempt in (1, 2):
+            with engine.sync_engine.connect() as conn:
+                driver_conn: Any = conn.connection.driver_connection
+                target = driver_conn._conn
+                try:
+                    result: tuple[list[int], GenerationStep] = await_only(
+                        driver_conn._execute(
+                            sqlite_write,
+                            target,
+                            statements,
+                            app_id,
+                            plan,
+                            issue_ids,
+                            cipher,
+                            chain,
+                            commit=True,
+                        )
+                    )
+                    return result
+                except sqlite3.Error as error:
+                    raised = wrapped(error, target, conn.dialect)
+                    if raised.connection_invalidated:
+                        conn.invalidate(error)
+                        if attempt == 1:
+                            continue
+                    raise raised from error
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return await greenlet_spawn(work)

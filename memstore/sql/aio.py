@@ -24,7 +24,7 @@ from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.direct import (
     aiosqlite_write,
-    arun_direct,
+    arun_direct_retrying,
     direct_statements,
     runs_on_aiosqlite,
 )
@@ -180,11 +180,8 @@ class AsyncSqlHistory:
                     return await aiosqlite_write(
                         self.engine, direct, app_id, plan, issue_ids, self.cipher, chain
                     )
-                return await awrite_retrying(
-                    self.engine,
-                    lambda conn: arun_direct(
-                        conn, direct, app_id, plan, issue_ids, self.cipher, chain
-                    ),
+                return await arun_direct_retrying(
+                    self.engine, direct, app_id, plan, issue_ids, self.cipher, chain
                 )
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:

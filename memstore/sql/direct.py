@@ -36,13 +36,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only, greenlet_spawn
 
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.core.rows import SUMMARY, TOOL_REQUEST
+from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
 from memstore.sql.repository import (
     NEWEST_IDS,
@@ -601,14 +602,28 @@ def run_direct(
     cipher: RowCipher,
     chain: ChainCheck | None,
 ) -> tuple[list[int], GenerationStep]:
-    """The direct write on a SQLAlchemy connection in a transaction (the caller commits)."""
+    """The direct write on a SQLAlchemy connection in a transaction (the caller commits).
+
+    On an async engine's connection this runs in SQLAlchemy's greenlet (see
+    :func:`arun_direct_retrying`) and awaits psycopg's ``AsyncConnection`` from there."""
     driver_conn = conn.connection.driver_connection
     with driver_errors(conn, driver_conn):
         if isinstance(driver_conn, sqlite3.Connection):
             return sqlite_write(
                 driver_conn, statements, app_id, plan, issue_ids, cipher, chain, commit=False
             )
+        if _is_async_psycopg(driver_conn):
+            result: tuple[list[int], GenerationStep] = await_only(
+                apsycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
+            )
+            return result
         return psycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
+
+
+def _is_async_psycopg(driver_conn: Any) -> bool:
+    import psycopg
+
+    return isinstance(driver_conn, psycopg.AsyncConnection)
 
 
 # -- async ---------------------------------------------------------------------------------------
@@ -626,8 +641,8 @@ def _aiosqlite_connection() -> type:
     return aiosqlite.Connection
 
 
-async def arun_direct(
-    conn: AsyncConnection,
+async def arun_direct_retrying(
+    engine: AsyncEngine,
     statements: DirectStatements,
     app_id: str,
     plan: WritePlan,
@@ -635,17 +650,14 @@ async def arun_direct(
     cipher: RowCipher,
     chain: ChainCheck | None,
 ) -> tuple[list[int], GenerationStep]:
-    """:func:`run_direct` on an async connection in a transaction (the caller commits):
-    psycopg's ``AsyncConnection``."""
-    raw = await conn.get_raw_connection()
-    driver_conn = raw.driver_connection
-    try:
-        return await apsycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
-    except _driver_error_class(driver_conn) as error:
-        raised = wrapped(error, driver_conn, conn.dialect)
-        if raised.connection_invalidated:
-            await conn.invalidate(error)
-        raise raised from error
+    """:func:`run_direct` in :func:`memstore.sql.engine.write_retrying` on an async engine
+    (psycopg): checkout, ``BEGIN``, the write, ``COMMIT`` and checkin in one greenlet
+    instead of one per step."""
+    return await greenlet_spawn(
+        write_retrying,
+        engine.sync_engine,
+        lambda conn: run_direct(conn, statements, app_id, plan, issue_ids, cipher, chain),
+    )
 
 
 async def aiosqlite_write(

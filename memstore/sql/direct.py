@@ -406,7 +406,7 @@ def psycopg_write(
     write = _Write(s, app_id, plan, cipher, chain)
     names = write.names
     originals, displays = write.issue(issue_ids, -1)
-    with conn.pipeline() as pipe:
+    with conn.pipeline():
         bump = conn.execute(s.bump.sql, s.bump.params(names))
         summary = conn.execute(s.summary.sql, s.summary.params(names)) if chain else None
         newest = conn.execute(s.newest.sql, s.newest.params(names))
@@ -419,13 +419,13 @@ def psycopg_write(
             conn.execute(s.insert_original.sql, originals)
         if displays:
             conn.execute(s.insert_display.sql, displays)
-        pipe.sync()
-        reads = _reads(
-            bump.fetchone(),
-            newest.fetchone(),
-            None if summary is None else summary.fetchone(),
-            None if page is None else page.fetchall(),
-        )
+    # leaving the pipeline sent its one Sync and took in every result (one round trip)
+    reads = _reads(
+        bump.fetchone(),
+        newest.fetchone(),
+        None if summary is None else summary.fetchone(),
+        None if page is None else page.fetchall(),
+    )
     if write.overtaken(reads, issue_ids):
         conn.rollback()
         return _psycopg_reads_first(conn, write, issue_ids)
@@ -481,7 +481,7 @@ async def apsycopg_write(
     write = _Write(s, app_id, plan, cipher, chain)
     names = write.names
     originals, displays = write.issue(issue_ids, -1)
-    async with conn.pipeline() as pipe:
+    async with conn.pipeline():
         bump = await conn.execute(s.bump.sql, s.bump.params(names))
         summary = await conn.execute(s.summary.sql, s.summary.params(names)) if chain else None
         newest = await conn.execute(s.newest.sql, s.newest.params(names))
@@ -494,13 +494,12 @@ async def apsycopg_write(
             await conn.execute(s.insert_original.sql, originals)
         if displays:
             await conn.execute(s.insert_display.sql, displays)
-        await pipe.sync()
-        reads = _reads(
-            await bump.fetchone(),
-            await newest.fetchone(),
-            None if summary is None else await summary.fetchone(),
-            None if page is None else await page.fetchall(),
-        )
+    reads = _reads(
+        await bump.fetchone(),
+        await newest.fetchone(),
+        None if summary is None else await summary.fetchone(),
+        None if page is None else await page.fetchall(),
+    )
     if write.overtaken(reads, issue_ids):
         await conn.rollback()
         return await _apsycopg_reads_first(conn, write, issue_ids)

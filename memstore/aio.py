@@ -425,7 +425,9 @@ class AsyncMemoryStore(StoreBase):
             attempt += 1
             await self._ensure_lease()  # renews here, before the transaction, when needed
             try:
-                return await self._sql.insert(app_id, plan, self._issue_ids, chain)
+                return await self._sql.insert(
+                    app_id, plan, self._issue_ids, chain, reads_first=attempt > 1
+                )
             except (IdCollisionError, WorkerLeaseLostError) as error:
                 self._retry_write(attempt, error)
 

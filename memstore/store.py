@@ -433,7 +433,10 @@ class MemoryStore(StoreBase):
             attempt += 1
             self._ensure_lease()  # before the transaction: a renewal never waits on its locks
             try:
-                return self._sql.insert(app_id, plan, self._issue_ids, chain)
+                # after a collision the ids go above the app's newest, read first
+                return self._sql.insert(
+                    app_id, plan, self._issue_ids, chain, reads_first=attempt > 1
+                )
             except (IdCollisionError, WorkerLeaseLostError) as error:
                 self._retry_write(attempt, error)
 

@@ -168,7 +168,13 @@ class AsyncSqlHistory:
         return rows_to_messages(rows, app_id, self.cipher)
 
     async def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
+        self,
+        app_id: str,
+        plan: WritePlan,
+        issue_ids: IdIssuer,
+        chain: ChainCheck | None = None,
+        *,
+        reads_first: bool = False,
     ) -> tuple[list[int], GenerationStep | None]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
@@ -178,10 +184,17 @@ class AsyncSqlHistory:
             with translated_errors("writing history"):
                 if self.engine.dialect.driver == "aiosqlite":
                     return await aiosqlite_write(
-                        self.engine, direct, app_id, plan, issue_ids, self.cipher, chain
+                        self.engine,
+                        direct,
+                        app_id,
+                        plan,
+                        issue_ids,
+                        self.cipher,
+                        chain,
+                        reads_first,
                     )
                 return await arun_direct_retrying(
-                    self.engine, direct, app_id, plan, issue_ids, self.cipher, chain
+                    self.engine, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
                 )
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:

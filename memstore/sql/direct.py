@@ -329,6 +329,7 @@ def sqlite_write(
     cipher: RowCipher,
     chain: ChainCheck | None,
     commit: bool,
+    reads_first: bool = False,
 ) -> tuple[list[int], GenerationStep]:
     """The write on a ``sqlite3`` connection, in the calling thread. With ``commit`` the
     transaction is committed here (rolled back on any failure); without, the caller commits
@@ -338,7 +339,7 @@ def sqlite_write(
     names = write.names
     # ids and rows before the write lock, which other writers wait for meanwhile; checked
     # against the app's newest id under the lock (see _Write.overtaken)
-    originals, displays = write.issue(issue_ids, -1)
+    originals, displays = ([], []) if reads_first else write.issue(issue_ids, -1)
     cursor = conn.cursor()
     try:
         cursor.execute("BEGIN IMMEDIATE")
@@ -350,7 +351,7 @@ def sqlite_write(
         newest = newest_of(*cursor.execute(s.newest.sql, s.newest.params(names)).fetchone())
         reads = LockedReads(generation, newest, summary, None)
         write.check(reads)
-        if write.overtaken(reads, issue_ids):
+        if reads_first or write.overtaken(reads, issue_ids):
             originals, displays = write.issue(issue_ids, newest)
         write.scan_below_ids()
         while write.before is not None:
@@ -400,11 +401,14 @@ def psycopg_write(
     issue_ids: IdIssuer,
     cipher: RowCipher,
     chain: ChainCheck | None,
+    reads_first: bool = False,
 ) -> tuple[list[int], GenerationStep]:
     """The write on a psycopg connection in a transaction the caller commits."""
     s = statements
     write = _Write(s, app_id, plan, cipher, chain)
     names = write.names
+    if reads_first:
+        return _psycopg_reads_first(conn, write, issue_ids)
     originals, displays = write.issue(issue_ids, -1)
     with conn.pipeline():
         bump = conn.execute(s.bump.sql, s.bump.params(names))
@@ -475,11 +479,14 @@ async def apsycopg_write(
     issue_ids: IdIssuer,
     cipher: RowCipher,
     chain: ChainCheck | None,
+    reads_first: bool = False,
 ) -> tuple[list[int], GenerationStep]:
     """:func:`psycopg_write` on a psycopg ``AsyncConnection``."""
     s = statements
     write = _Write(s, app_id, plan, cipher, chain)
     names = write.names
+    if reads_first:
+        return await _apsycopg_reads_first(conn, write, issue_ids)
     originals, displays = write.issue(issue_ids, -1)
     async with conn.pipeline():
         bump = await conn.execute(s.bump.sql, s.bump.params(names))
@@ -600,6 +607,7 @@ def run_direct(
     issue_ids: IdIssuer,
     cipher: RowCipher,
     chain: ChainCheck | None,
+    reads_first: bool = False,
 ) -> tuple[list[int], GenerationStep]:
     """The direct write on a SQLAlchemy connection in a transaction (the caller commits).
 
@@ -609,14 +617,26 @@ def run_direct(
     with driver_errors(conn, driver_conn):
         if isinstance(driver_conn, sqlite3.Connection):
             return sqlite_write(
-                driver_conn, statements, app_id, plan, issue_ids, cipher, chain, commit=False
+                driver_conn,
+                statements,
+                app_id,
+                plan,
+                issue_ids,
+                cipher,
+                chain,
+                commit=False,
+                reads_first=reads_first,
             )
         if _is_async_psycopg(driver_conn):
             result: tuple[list[int], GenerationStep] = await_only(
-                apsycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
+                apsycopg_write(
+                    driver_conn, statements, app_id, plan, issue_ids, cipher, chain, reads_first
+                )
             )
             return result
-        return psycopg_write(driver_conn, statements, app_id, plan, issue_ids, cipher, chain)
+        return psycopg_write(
+            driver_conn, statements, app_id, plan, issue_ids, cipher, chain, reads_first
+        )
 
 
 def _is_async_psycopg(driver_conn: Any) -> bool:
@@ -648,6 +668,7 @@ async def arun_direct_retrying(
     issue_ids: IdIssuer,
     cipher: RowCipher,
     chain: ChainCheck | None,
+    reads_first: bool = False,
 ) -> tuple[list[int], GenerationStep]:
     """:func:`run_direct` in :func:`memstore.sql.engine.write_retrying` on an async engine
     (psycopg): checkout, ``BEGIN``, the write, ``COMMIT`` and checkin in one greenlet
@@ -655,7 +676,9 @@ async def arun_direct_retrying(
     return await greenlet_spawn(
         write_retrying,
         engine.sync_engine,
-        lambda conn: run_direct(conn, statements, app_id, plan, issue_ids, cipher, chain),
+        lambda conn: run_direct(
+            conn, statements, app_id, plan, issue_ids, cipher, chain, reads_first
+        ),
     )
 
 
@@ -667,6 +690,7 @@ async def aiosqlite_write(
     issue_ids: IdIssuer,
     cipher: RowCipher,
     chain: ChainCheck | None,
+    reads_first: bool = False,
 ) -> tuple[list[int], GenerationStep]:
     """:func:`sqlite_write` as one call on the aiosqlite connection's thread, committing
     there: checking a connection out, the write and checking it in run in one greenlet (the
@@ -691,6 +715,7 @@ async def aiosqlite_write(
                             cipher,
                             chain,
                             commit=True,
+                            reads_first=reads_first,
                         )
                     )
                     return result

@@ -359,10 +359,20 @@ class SqlHistory:
         return rows_to_messages(rows, app_id, self.cipher)
 
     def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
+        self,
+        app_id: str,
+        plan: WritePlan,
+        issue_ids: IdIssuer,
+        chain: ChainCheck | None = None,
+        *,
+        reads_first: bool = False,
     ) -> tuple[list[int], GenerationStep | None]:
         """Write the plan's rows in one transaction (:func:`insert_plan`); return the original
         rows' ids and the app's generation step (``None`` when there was nothing to write).
+
+        The direct write (:mod:`memstore.sql.direct`) issues its ids before it waits for the
+        app's lock; ``reads_first`` (a retry after an id collision) issues them above the
+        app's newest id read under the lock, as :func:`insert_plan` always does.
         """
         if not plan.id_count:
             return [], None
@@ -374,7 +384,7 @@ class SqlHistory:
                 return write_retrying(
                     self.engine,
                     lambda conn: run_direct(
-                        conn, direct, app_id, plan, issue_ids, self.cipher, chain
+                        conn, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
                     ),
                 )
             return write_retrying(

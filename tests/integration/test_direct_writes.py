@@ -71,6 +71,19 @@ def generic(history: SqlHistory | AsyncSqlHistory) -> None:
     history._direct = False
 
 
+def fresh_ids() -> Callable[[int, int], list[int]]:
+    """An id issuer for writes outside a store: ids above ``above`` from a random point in
+    the first minutes of the snowflake epoch, which no clock-driven generator issues now."""
+    last = [(1 << 36) + uuid.uuid4().int % (1 << 40)]
+
+    def issue(count_: int, above: int) -> list[int]:
+        ids = [max(above, last[0]) + 1 + i for i in range(count_)]
+        last[0] = ids[-1] if ids else last[0]
+        return ids
+
+    return issue
+
+
 def turn(prefix: str = "") -> list[Any]:
     calls = [
         ToolRequest(id=f"{prefix}c{i}-{uuid.uuid4().hex[:6]}", name="t", arguments="{}")
@@ -147,12 +160,7 @@ def test_the_direct_write_stores_what_the_sqlalchemy_path_stores(engine: Engine)
     direct_history, generic_history = SqlHistory(engine, PLAIN), SqlHistory(engine, PLAIN)
     generic(generic_history)
 
-    last = [(1 << 41) + uuid.uuid4().int % (1 << 40)]
-
-    def issue(count_: int, above: int) -> list[int]:
-        ids = [max(above, last[0]) + 1 + i for i in range(count_)]
-        last[0] = ids[-1] if ids else last[0]
-        return ids
+    issue = fresh_ids()
 
     for history, app_id in ((direct_history, direct_app), (generic_history, generic_app)):
         plan = plan_write(app_id, "user-1", messages, drafts, now=now, max_text_bytes=1 << 20)
@@ -218,15 +226,16 @@ def test_a_result_answers_a_request_many_pages_back(engine: Engine) -> None:
     store = store_on(engine)
     try:
         first = ToolRequest(id="first-call", name="t", arguments="{}")
-        store.append(app_id, [AiMessage(text=None, tool_requests=[first])])
+        (request_id,) = store.append(app_id, [AiMessage(text=None, tool_requests=[first])])
         now = datetime.now(timezone.utc)
         filler = AiMessage(
             text=None, tool_requests=[ToolRequest(id="other", name="t", arguments="{}")]
         )
         rows = []
-        base = (1 << 61) + uuid.uuid4().int % (1 << 40)
         for i in range(REQUEST_SCAN_PAGE + 5):  # more request rows than one page holds
-            row = original_row(base + i, app_id, None, filler, now)
+            # right above the request (its millisecond): the session's id generator, which
+            # later writes go above, is not lifted into the future for the tests after this
+            row = original_row(request_id + 1 + i, app_id, None, filler, now)
             assert row["message_type"] == TOOL_REQUEST
             rows.append(row)
         with engine.begin() as conn:
@@ -271,7 +280,7 @@ def test_a_broken_compaction_chain_writes_nothing(engine: Engine) -> None:
         history.insert(
             app_id,
             plan,
-            lambda n, above: [above + 1 + i for i in range(n)],
+            fresh_ids(),
             ChainCheck(app_id, 12345),
         )
     assert count(engine, app_id) == (0, 0)

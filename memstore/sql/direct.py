@@ -1,24 +1,27 @@
 """An append's transaction straight on the driver connection: ``sqlite3`` (also inside
 aiosqlite's thread) and psycopg 3 (sync and async, pipelined).
 
-The statements and the order are those of :func:`memstore.sql.repository.insert_plan`: raise
-the app's generation first (the upsert locks the app's row, so writers of one app take
-turns), then read the app's newest ids (and, when asked, its newest summary and a first page
-of its tool requests), issue ids above the newest, check the chain and the requested call
-ids, insert both histories, commit. What differs is the cost of getting there:
+It keeps every rule of :func:`memstore.sql.repository.insert_plan`: the generation upsert
+first (it locks the app's row, so writers of one app take turns), ids above the app's newest
+id of either history read under that lock, the compaction chain checked, every result id
+answering a request stored below the new ids, both histories in one transaction. What
+differs is the cost of getting there:
 
 * the statements are compiled once per dialect by SQLAlchemy (same SQL, same casts) and sent
-  without SQLAlchemy's per-statement execution context;
-* psycopg sends the reads in one pipeline (``BEGIN``, the upsert, the reads: one round trip;
-  each statement takes its snapshot when the server starts it, so the reads see every write
-  committed before the upsert got the app's lock) and both inserts in another (one round
-  trip); the ``COMMIT`` stays a round trip of its own, so a connection that dies before it
-  is told apart from a commit whose outcome is unknown;
+  without SQLAlchemy's per-statement execution context; values go through the columns' bind
+  processors once per write;
+* the ids and rows are made before the app's lock and checked under it (see
+  :meth:`_Write.overtaken`): a row at or above them (a writer whose clock is ahead) has them
+  issued again above the newest id; a lease that lapsed while the write waited rolls it back;
+* psycopg sends ``BEGIN``, the upsert, the reads and both inserts (each one
+  ``INSERT ... SELECT FROM unnest(<binary arrays>)``) in one pipeline, one round trip: each
+  statement takes its snapshot when the server starts it, so the reads see every write
+  committed before the upsert got the lock. ``COMMIT`` stays a round trip of its own, sent
+  after the checks, so a connection that dies before it is told apart from a commit whose
+  outcome is unknown;
 * SQLite runs the transaction as one call on the connection's thread (``BEGIN IMMEDIATE``,
-  so the write lock is taken before any read): one thread hop under aiosqlite instead of
-  several per statement; the ids and rows are made before the lock (and made again in the
-  rare case a row of the app is already at or above them), so other writers wait only for
-  the statements.
+  so the write lock is held before anything is read; the upsert returns the newest ids too):
+  one thread hop under aiosqlite instead of several per statement.
 
 Only engines without statement listeners take this path (``before_cursor_execute`` /
 ``after_cursor_execute`` instrumentation and ``echo`` see every statement only through
@@ -404,9 +407,9 @@ def sqlite_write(
 # runs the statements in order, each on a snapshot taken when it starts, so the reads see
 # every write committed before the lock was granted. Before committing, the reads are
 # checked: a row at or above the first id sent (a writer whose clock is ahead) makes the
-# write roll back and run again with the reads first and ids above the newest (the path
-# SQLite takes); a broken chain or an unrequested result id rolls back and raises. The COMMIT
-# is its own round trip, so a connection that dies before it wrote nothing and is retried.
+# write roll back and run again with the reads first and ids above the newest; a broken
+# chain, an unrequested result id or a lapsed lease rolls back and raises. The COMMIT is its
+# own round trip, so a connection that dies before it wrote nothing and is retried.
 
 
 def _reads(generation: Any, newest: Any, summary: Any, page: list[Any] | None) -> LockedReads:

@@ -60,6 +60,7 @@ from memstore.core.inputs import (
 )
 from memstore.core.loader import RowRequest, WindowSteps, window_steps
 from memstore.core.plans import (
+    WritePlan,
     history_page,
     positive,
     purge_report,
@@ -389,16 +390,7 @@ class AsyncMemoryStore(StoreBase):
             raise self._summarizer_failed(error) from error
         text = self._summary_text(value)
         rows = self._summary_plan(app, text, plan, display)
-        chain = ChainCheck(app, plan.previous_id)
-        attempt = 0
-        while True:
-            attempt += 1
-            await self._ensure_lease()
-            try:
-                ids, _ = await self._sql.insert(app, rows, self._issue_ids, chain)
-                break
-            except IdCollisionError as error:
-                self._id_collided(attempt, error)
+        ids, _ = await self._insert_retrying(app, rows, ChainCheck(app, plan.previous_id))
         # the summary is committed: a skipped drop is stamped like a skipped append
         await self._cache_update(lambda: self.cache.invalidate(app))
         return self._compaction_report(app, plan, ids[0], text)
@@ -421,19 +413,24 @@ class AsyncMemoryStore(StoreBase):
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
         cache_entries = self._counted(plan.cache_entries)
+        ids, step = await self._insert_retrying(app_id, plan)
+        await self._cache_append(app_id, cache_entries, step)
+        return ids
+
+    async def _insert_retrying(
+        self, app_id: str, plan: WritePlan, chain: ChainCheck | None = None
+    ) -> tuple[list[int], GenerationStep | None]:
+        """See :meth:`memstore.MemoryStore._insert_retrying`."""
         attempt = 0
         while True:
             attempt += 1
             await self._ensure_lease()  # renews here, before the transaction, when needed
             try:
-                ids, step = await self._sql.insert(app_id, plan, self._issue_ids)
-                break
-            except IdCollisionError as error:
-                self._id_collided(attempt, error)
-            except WorkerLeaseLostError as error:  # lapsed inside the transaction: renew, retry
-                self._lease_lapsed(attempt, error)
-        await self._cache_append(app_id, cache_entries, step)
-        return ids
+                return await self._sql.insert(
+                    app_id, plan, self._issue_ids, chain, reads_first=attempt > 1
+                )
+            except (IdCollisionError, WorkerLeaseLostError) as error:
+                self._retry_write(attempt, error)
 
     async def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None

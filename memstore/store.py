@@ -54,6 +54,7 @@ from memstore.core.inputs import (
 )
 from memstore.core.loader import RowRequest, WindowSteps, run_steps, window_steps
 from memstore.core.plans import (
+    WritePlan,
     history_page,
     positive,
     purge_report,
@@ -400,16 +401,7 @@ class MemoryStore(StoreBase):
             raise self._summarizer_failed(error) from error
         text = self._summary_text(value)
         rows = self._summary_plan(app, text, plan, display)
-        chain = ChainCheck(app, plan.previous_id)
-        attempt = 0
-        while True:
-            attempt += 1
-            self._ensure_lease()
-            try:
-                ids, _ = self._sql.insert(app, rows, self._issue_ids, chain)
-                break
-            except IdCollisionError as error:
-                self._id_collided(attempt, error)
+        ids, _ = self._insert_retrying(app, rows, ChainCheck(app, plan.previous_id))
         # the summary is committed: a skipped drop is stamped like a skipped append
         self._cache_update(lambda: self.cache.invalidate(app))
         return self._compaction_report(app, plan, ids[0], text)
@@ -434,19 +426,27 @@ class MemoryStore(StoreBase):
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
         cache_entries = self._counted(plan.cache_entries)
+        ids, step = self._insert_retrying(app_id, plan)
+        self._cache_append(app_id, cache_entries, step)
+        return ids
+
+    def _insert_retrying(
+        self, app_id: str, plan: WritePlan, chain: ChainCheck | None = None
+    ) -> tuple[list[int], GenerationStep | None]:
+        """Write ``plan`` in one transaction (appends and compactions alike), retrying with
+        fresh ids after a snowflake id collision and after the lease lapsed inside the
+        transaction (renewed first); see :meth:`StoreBase._retry_write`."""
         attempt = 0
         while True:
             attempt += 1
             self._ensure_lease()  # before the transaction: a renewal never waits on its locks
             try:
-                ids, step = self._sql.insert(app_id, plan, self._issue_ids)
-                break
-            except IdCollisionError as error:
-                self._id_collided(attempt, error)
-            except WorkerLeaseLostError as error:  # lapsed inside the transaction: renew, retry
-                self._lease_lapsed(attempt, error)
-        self._cache_append(app_id, cache_entries, step)
-        return ids
+                # after a collision the ids go above the app's newest, read first
+                return self._sql.insert(
+                    app_id, plan, self._issue_ids, chain, reads_first=attempt > 1
+                )
+            except (IdCollisionError, WorkerLeaseLostError) as error:
+                self._retry_write(attempt, error)
 
     def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None

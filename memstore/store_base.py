@@ -633,6 +633,15 @@ class StoreBase:
             )
         return generator.next_ids(count, above=above)
 
+    def _retry_write(self, attempt: int, error: IdCollisionError | WorkerLeaseLostError) -> None:
+        """After attempt ``attempt`` of a write's transaction failed with ``error``: return to
+        retry it (ids taken by another process: fresh ids; the lease lapsed inside the
+        transaction: renewed first), or raise ``error`` once the retries are used up."""
+        if isinstance(error, IdCollisionError):
+            self._id_collided(attempt, error)
+        else:
+            self._lease_lapsed(attempt, error)
+
     def _lease_lapsed(self, attempt: int, error: WorkerLeaseLostError) -> None:
         """Called when the lease lapsed between renewing it and issuing ids (a pause inside
         the write's transaction, which rolled back): retry, renewing first, or give up. Ids

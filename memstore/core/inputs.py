@@ -62,17 +62,25 @@ def normalize_app_id(app_id: object, *, what: str = "app_id") -> str:
         raise InvalidAppIdError(f"{what} must not be empty")
     if len(value) > MAX_ID_CHARS:
         raise InvalidAppIdError(f"{what} is {len(value)} characters long; the limit is 128")
-    for char in value:
-        if unicodedata.category(char) in ("Cc", "Cs"):
-            raise InvalidAppIdError(
-                f"{what} contains the control character U+{ord(char):04X}; ids must be printable"
-            )
+    if not _printable_ascii(value):
+        for char in value:
+            if unicodedata.category(char) in ("Cc", "Cs"):
+                raise InvalidAppIdError(
+                    f"{what} contains the control character U+{ord(char):04X}; "
+                    "ids must be printable"
+                )
     return value
 
 
 def normalize_user_id(user_id: object) -> str | None:
     """Like :func:`normalize_app_id`, with ``None`` allowed."""
     return None if user_id is None else normalize_app_id(user_id, what="user_id")
+
+
+def _printable_ascii(value: str) -> bool:
+    """True for printable ASCII, which holds no control character or surrogate (a check in C
+    that spares the per-character Unicode lookup for the usual ids)."""
+    return value.isascii() and value.isprintable()
 
 
 def _check_text(value: str, field: str, limit: int) -> None:
@@ -92,7 +100,7 @@ def _check_text(value: str, field: str, limit: int) -> None:
 
 def _check_call_id(value: str, field: str) -> None:
     _check_text(value, field, MAX_CALL_ID_CHARS * 4)
-    if any(unicodedata.category(char) == "Cc" for char in value):
+    if not _printable_ascii(value) and any(unicodedata.category(c) == "Cc" for c in value):
         raise InvalidMessageError(f"{field} contains a control character")
     if len(value) > MAX_CALL_ID_CHARS:
         raise InvalidMessageError(f"{field} is longer than {MAX_CALL_ID_CHARS} characters")

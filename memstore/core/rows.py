@@ -36,8 +36,11 @@ def message_type(message: Message) -> str:
 
 
 def encode_payload(message: Message) -> str:
-    """The payload column: the message's canonical JSON (arguments kept verbatim inside it)."""
-    return message.model_dump_json()
+    """The payload column: the message's canonical JSON (arguments kept verbatim inside it).
+
+    ``model_dump_json()`` with its defaults, called on the serializer directly (it spares
+    the keyword handling, a fifth of the call)."""
+    return message.__pydantic_serializer__.to_json(message).decode()
 
 
 _VALIDATE_JSON = MESSAGE_ADAPTER.validator.validate_json

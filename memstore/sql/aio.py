@@ -22,6 +22,12 @@ from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call
 from memstore.core.rows import FetchedRows
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
+from memstore.sql.direct import (
+    aiosqlite_write,
+    arun_direct_retrying,
+    direct_statements,
+    runs_on_aiosqlite,
+)
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
     install_idle_ping,
@@ -148,6 +154,8 @@ class AsyncSqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine.sync_engine)
+        self._direct = engine.dialect.driver != "aiosqlite" or runs_on_aiosqlite(engine)
+        """See :class:`memstore.sql.repository.SqlHistory`."""
 
     async def fetch(self, app_id: str, request: RowRequest) -> FetchedRows:
         """See :meth:`memstore.sql.repository.SqlHistory.fetch` (the DBAPI path runs on the
@@ -171,11 +179,34 @@ class AsyncSqlHistory:
         return FetchedRows.from_rows(rows, self.cipher, app_id)
 
     async def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
+        self,
+        app_id: str,
+        plan: WritePlan,
+        issue_ids: IdIssuer,
+        chain: ChainCheck | None = None,
+        *,
+        reads_first: bool = False,
     ) -> tuple[list[int], GenerationStep | None]:
         """See :meth:`memstore.sql.repository.SqlHistory.insert`."""
         if not plan.id_count:
             return [], None
+        direct = direct_statements(self.engine.sync_engine) if self._direct else None
+        if direct is not None:
+            with translated_errors("writing history"):
+                if self.engine.dialect.driver == "aiosqlite":
+                    return await aiosqlite_write(
+                        self.engine,
+                        direct,
+                        app_id,
+                        plan,
+                        issue_ids,
+                        self.cipher,
+                        chain,
+                        reads_first,
+                    )
+                return await arun_direct_retrying(
+                    self.engine, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
+                )
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:
             step = await generation.abump(conn, app_id)

@@ -358,6 +358,9 @@ class SqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine)
+        self._direct = True
+        """Whether appends may take the direct write (:mod:`memstore.sql.direct`) when the
+        engine allows it (decided per write: a statement listener can come at any time)."""
 
     def fetch(self, app_id: str, request: RowRequest) -> FetchedRows:
         """Rows for the loader, chronological, decoded as the loader uses them: one
@@ -378,14 +381,34 @@ class SqlHistory:
         return FetchedRows.from_rows(rows, self.cipher, app_id)
 
     def insert(
-        self, app_id: str, plan: WritePlan, issue_ids: IdIssuer, chain: ChainCheck | None = None
+        self,
+        app_id: str,
+        plan: WritePlan,
+        issue_ids: IdIssuer,
+        chain: ChainCheck | None = None,
+        *,
+        reads_first: bool = False,
     ) -> tuple[list[int], GenerationStep | None]:
         """Write the plan's rows in one transaction (:func:`insert_plan`); return the original
         rows' ids and the app's generation step (``None`` when there was nothing to write).
+
+        The direct write (:mod:`memstore.sql.direct`) issues its ids before it waits for the
+        app's lock; ``reads_first`` (a retry after an id collision) issues them above the
+        app's newest id read under the lock, as :func:`insert_plan` always does.
         """
         if not plan.id_count:
             return [], None
+        from memstore.sql.direct import direct_statements, run_direct
+
+        direct = direct_statements(self.engine) if self._direct else None
         with translated_errors("writing history"):
+            if direct is not None:
+                return write_retrying(
+                    self.engine,
+                    lambda conn: run_direct(
+                        conn, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
+                    ),
+                )
             return write_retrying(
                 self.engine,
                 lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher, chain),

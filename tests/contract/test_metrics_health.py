@@ -120,7 +120,8 @@ def test_interrupted_answers_are_counted_where_they_are_made(
 
 
 def test_id_collisions_are_counted(store: MemoryStore, app_id: str) -> None:
-    taken = store.append(app_id, [UserMessage(text="first")])
+    store.append(app_id, [UserMessage(text="first")])
+    taken = store.append(f"{app_id}-b", [UserMessage(text="elsewhere")])  # above app_id's ids
     inner = getattr(store, "_store", store)  # the async store behind the test facade
     real = inner._ids
 

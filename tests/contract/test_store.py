@@ -317,7 +317,10 @@ class _CollidingIds:
 def test_id_collision_is_retried_with_fresh_ids(
     store: MemoryStore, app_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    taken = store.append(app_id, [UserMessage(text="first"), AiMessage(text="second")])
+    store.append(app_id, [UserMessage(text="first"), AiMessage(text="second")])
+    # ids the other process holds, above the app's newest (ids at or below it are issued
+    # again before any insert: the write reads the app's newest id under its lock)
+    taken = store.append(f"{app_id}-b", [UserMessage(text="elsewhere")])
     inner = getattr(store, "_store", store)  # the async store behind the test facade
     inner._ids = _CollidingIds(taken, inner._ids)
     with caplog.at_level("WARNING", logger="memstore"):

@@ -26,7 +26,7 @@ from memstore.core.window import StoredMessage
 from memstore.errors import MemstoreError
 from memstore.messages import MESSAGE_LIST_ADAPTER, STORED
 from memstore.sql.engine import read_options, read_retrying, translated_errors
-from memstore.sql.repository import in_app, newest_first, rows_to_messages
+from memstore.sql.repository import in_app, latest_summary_query, newest_first, rows_to_messages
 from memstore.sql.schema import app_generation, original
 
 UNION_APPS = 25
@@ -77,17 +77,9 @@ def _first_reads_statement(apps: int, summary: bool) -> Any:
         )
         branches.append(sa.select(rows.c.app_id, rows.c.id, rows.c.payload))
         if summary:
-            newest = (
-                sa.select(original.c.app_id, original.c.id, original.c.payload)
-                .where(
-                    original.c.app_id == app,
-                    original.c.message_type == SUMMARY,
-                    original.c.is_deleted == sa.false(),
-                )
-                .order_by(original.c.message_type.desc(), original.c.id.desc())
-                .limit(1)
-                .subquery()
-            )
+            newest = latest_summary_query(
+                app, columns=[original.c.app_id, original.c.id, original.c.payload]
+            ).subquery()
             branches.append(sa.select(newest.c.app_id, newest.c.id, newest.c.payload))
     return sa.union_all(*branches)
 

@@ -130,17 +130,9 @@ def window_statement(before: bool, after: bool, summary: bool) -> Any:
         query = query.where(original.c.id > sa.bindparam("w_after", type_=sa.BigInteger()))
     if not summary:
         return query
-    newest_summary = (
-        sa.select(original.c.id, original.c.payload, original.c.message_type)
-        .where(
-            original.c.app_id == app,
-            original.c.message_type == SUMMARY,
-            original.c.is_deleted == sa.false(),
-        )
-        .order_by(original.c.message_type.desc(), original.c.id.desc())
-        .limit(1)
-        .subquery()
-    )
+    newest_summary = latest_summary_query(
+        app, columns=[original.c.id, original.c.payload, original.c.message_type]
+    ).subquery()
     rows = query.subquery()
     return sa.union_all(
         sa.select(rows.c.id, rows.c.payload, rows.c.message_type),
@@ -162,10 +154,16 @@ def window_rows_statement(app_id: str, request: RowRequest) -> tuple[Any, dict[s
     return statement, params
 
 
-def latest_summary_query(app_id: str, *, payload: bool = False) -> sa.Select[Any]:
-    """The app's newest non-deleted summary row (its id, and payload when asked): one lookup
-    on the ``(app_id, message_type, id)`` index."""
-    columns = [original.c.id, original.c.payload] if payload else [original.c.id]
+def latest_summary_query(
+    app_id: str | sa.BindParameter[str],
+    *,
+    payload: bool = False,
+    columns: Sequence[sa.ColumnElement[Any]] | None = None,
+) -> sa.Select[Any]:
+    """The app's newest non-deleted summary row (its id, and payload when asked, or the given
+    ``columns``): one lookup on the ``(app_id, message_type, id)`` index."""
+    if columns is None:
+        columns = [original.c.id, original.c.payload] if payload else [original.c.id]
     return (
         sa.select(*columns)
         .where(

@@ -475,6 +475,7 @@ class AsyncMemoryStore(StoreBase):
             max_tokens=tokens,
             count_tokens=self._count,
             summaries=self._summaries if summaries else None,
+            lookahead=self._sql.lookahead,
         )
         window = self._built(await _run_steps(steps, self._sql, app))
         return self._fitted(app, window, tokens, policy).messages
@@ -507,6 +508,7 @@ class AsyncMemoryStore(StoreBase):
             start_at_user=self.settings.window_start_at_user,
             count_tokens=self._count,
             summaries=self._summaries,
+            lookahead=self._sql.lookahead,
         )
         window = self._built(await _run_steps(steps, self._sql, app_id))
         budgeted = self._rebuilt_part(window)

@@ -494,6 +494,7 @@ class MemoryStore(StoreBase):
                 max_tokens=max_tokens,
                 count_tokens=self._count,
                 summaries=self._summaries if summaries else None,
+                lookahead=self._sql.lookahead,
             ),
             lambda request: self._sql.fetch(app_id, request),
         )
@@ -588,6 +589,7 @@ class MemoryStore(StoreBase):
             start_at_user=self.settings.window_start_at_user,
             count_tokens=self._count,
             summaries=self._summaries,
+            lookahead=self._sql.lookahead,
         )
 
     def _prefetched_window(

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from memstore.config import Settings
 from memstore.core.crypto import CACHE_ENTRY, PLAIN, RowCipher
+from memstore.core.rows import encode_message
 from memstore.core.window import WindowEntry
 from memstore.messages import MESSAGE_LIST_ADAPTER, STORED, Message
 
@@ -158,7 +159,7 @@ def encode_entry(entry: WindowEntry, app_id: str = "", cipher: RowCipher = PLAIN
     read kinds, call ids and token counts)."""
     counted = f"{TOKENS_SEPARATOR}{entry.tokens}" if entry.tokens else ""
     header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + counted
-    body = entry.message.model_dump_json().encode("utf-8")
+    body = encode_message(entry.message)
     if cipher.enabled:
         body = cipher.seal_bytes(body, CACHE_ENTRY, app_id, header)
     return (header + HEADER_END).encode("utf-8") + body

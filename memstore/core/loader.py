@@ -103,6 +103,13 @@ def select_lazily(
     )
 
 
+def _joined(older: Rows, rows: Rows) -> Rows:
+    """``older`` followed by ``rows``, still decoded on use when both are fetched rows."""
+    if isinstance(older, FetchedRows) and isinstance(rows, FetchedRows):
+        return older.followed_by(rows)
+    return [*older, *rows]
+
+
 def _first_id(rows: Rows) -> int:
     return rows.ids[0] if isinstance(rows, FetchedRows) else rows[0].id
 
@@ -223,8 +230,12 @@ def _message_steps(
     )
     if window.needs_older_rows and rows:
         older = yield RowRequest(widen_limit, before_id=_first_id(rows), after_id=found.floor)
-        window = select_window(
-            [*older, *rows], max_messages, start_at_user=start_at_user, history_complete=True
+        window = select_lazily(
+            _joined(older, rows),
+            max_messages,
+            start_at_user=start_at_user,
+            history_complete=True,
+            first_try=max_messages,
         )
     return window
 
@@ -269,12 +280,12 @@ def _token_steps(
             return window
         if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
             older = yield RowRequest(widen_limit, before_id=_first_id(rows), after_id=floor)
-            rows = [*older, *rows]
+            rows = _joined(older, rows)
             return select(True)
         size = min(max(len(rows), widen_limit), cap - len(rows))
         older = yield RowRequest(size, before_id=_first_id(rows), after_id=floor)
         complete = len(older) < size
-        rows = [*older, *rows]
+        rows = _joined(older, rows)
 
 
 def run_steps(steps: WindowSteps, fetch: Callable[[RowRequest], Rows]) -> Window:

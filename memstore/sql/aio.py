@@ -37,7 +37,13 @@ from memstore.sql.engine import (
     sqlite_options,
     translated_errors,
 )
-from memstore.sql.fastread import aread_rows, async_fast_reads, window_read
+from memstore.sql.fastread import (
+    aread_rows,
+    async_fast_reads,
+    lookahead_rows,
+    splits_summary,
+    window_read,
+)
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     NEWEST_IDS,
@@ -154,6 +160,9 @@ class AsyncSqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine.sync_engine)
+        self._split_summary = splits_summary(engine)
+        self.lookahead = lookahead_rows(engine.dialect)
+        """See :class:`memstore.sql.repository.SqlHistory`."""
         self._direct = engine.dialect.driver != "aiosqlite" or runs_on_aiosqlite(engine)
         """See :class:`memstore.sql.repository.SqlHistory`."""
 
@@ -162,13 +171,15 @@ class AsyncSqlHistory:
         driver's own connection: :func:`~memstore.sql.fastread.aread_rows`)."""
         with translated_errors("reading history"):
             if async_fast_reads(self.engine):
-                sql, args = window_read(self.engine.dialect, app_id, request)
+                reads = window_read(
+                    self.engine.dialect, app_id, request, split_summary=self._split_summary
+                )
                 try:
-                    rows = await aread_rows(self.engine, sql, args)
+                    rows = await aread_rows(self.engine, reads)
                 except DBAPIError as error:
                     if not is_dead_connection(error):
                         raise
-                    rows = await aread_rows(self.engine, sql, args)
+                    rows = await aread_rows(self.engine, reads)
             else:
                 statement, params = window_rows_statement(app_id, request)
 

@@ -34,7 +34,13 @@ from memstore.sql.engine import (
     translated_errors,
     write_retrying,
 )
-from memstore.sql.fastread import fast_reads, read_rows, window_read
+from memstore.sql.fastread import (
+    fast_reads,
+    lookahead_rows,
+    read_rows,
+    splits_summary,
+    window_read,
+)
 from memstore.sql.generation import GenerationStep
 from memstore.sql.schema import (
     adk_state,
@@ -137,6 +143,15 @@ def window_statement(before: bool, after: bool, summary: bool) -> Any:
     return sa.union_all(
         sa.select(rows.c.id, rows.c.payload, rows.c.message_type),
         sa.select(newest_summary.c.id, newest_summary.c.payload, newest_summary.c.message_type),
+    )
+
+
+def summary_statement() -> Any:
+    """The newest summary row of the app bound as ``w_app``, as ``(id, payload,
+    message_type)`` (the second statement of a split window read)."""
+    app = sa.bindparam("w_app", type_=original.c.app_id.type)
+    return latest_summary_query(
+        app, columns=[original.c.id, original.c.payload, original.c.message_type]
     )
 
 
@@ -356,6 +371,9 @@ class SqlHistory:
         self.engine = engine
         self.cipher = cipher
         self._read_options = read_options(engine)
+        self._split_summary = splits_summary(engine)
+        self.lookahead = lookahead_rows(engine.dialect)
+        """Rows the loader's first read takes beyond the window (:func:`lookahead_rows`)."""
         self._direct = True
         """Whether appends may take the direct write (:mod:`memstore.sql.direct`) when the
         engine allows it (decided per write: a statement listener can come at any time)."""
@@ -367,8 +385,10 @@ class SqlHistory:
         rows: Sequence[Sequence[Any]]
         with translated_errors("reading history"):
             if fast_reads(self.engine):
-                sql, args = window_read(self.engine.dialect, app_id, request)
-                rows = dbapi_retrying(lambda: read_rows(self.engine, sql, args))
+                reads = window_read(
+                    self.engine.dialect, app_id, request, split_summary=self._split_summary
+                )
+                rows = dbapi_retrying(lambda: read_rows(self.engine, reads))
             else:
                 statement, params = window_rows_statement(app_id, request)
                 rows = read_retrying(

@@ -21,7 +21,7 @@ from memstore.cache import keys
 from memstore.cli import cli
 from memstore.core.rows import original_row
 from memstore.core.validate import validate
-from memstore.ids import shared_generator
+from memstore.ids import MAX_WORKER_ID, shared_generator
 from memstore.sql.schema import display, original
 from tests.conftest import POSTGRES_URL, REDIS_URL, redis_client
 
@@ -79,7 +79,7 @@ def corrupt(store: MemoryStore, app_id: str) -> None:
             original.insert(),
             [
                 {
-                    "id": shared_generator(0).next_id(),
+                    "id": shared_generator(MAX_WORKER_ID).next_id(),  # no store here leases it
                     "app_id": app_id,
                     "user_id": None,
                     "message_type": "toolExecutionResult",

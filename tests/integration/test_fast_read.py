@@ -300,3 +300,38 @@ def test_an_async_read_on_a_pooled_connection_killed_meanwhile_is_retried(
         assert asyncio.run(main()) == ["kept", "kept"]
     finally:
         admin.dispose()
+
+
+def sqlite_statements(store: MemoryStore, run: Any) -> list[str]:
+    """The statements (parameters filled in) the store's pooled SQLite connection ran during
+    ``run()``: the pool holds that one connection."""
+    seen: list[str] = []
+    raw = store.engine.raw_connection()
+    target: Any = raw.dbapi_connection
+    target.set_trace_callback(seen.append)
+    raw.close()
+    try:
+        run()
+    finally:
+        target.set_trace_callback(None)
+    return seen
+
+
+def test_a_sqlite_summary_read_is_two_statements_in_one_read_transaction(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'split.db'}"
+    store = MemoryStore(Settings(database_url=url, worker_id=SESSION_WORKER_ID))
+    store.migrate()
+    try:
+        for turn in random_turns(random.Random(3), 12):
+            store.append("app", turn)
+        store.compact("app", lambda messages: "summary", None, 10)
+        expected = dumped(store.load_window("app", 20))
+        statements = sqlite_statements(store, lambda: store.load_window("app", 20))
+        reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert len(reads) == 2 and not any("UNION" in s.upper() for s in reads)
+        assert [s.strip().upper() for s in statements if s not in reads] == ["BEGIN", "COMMIT"]
+        assert "summary" in expected[0]
+        # the first read asks for the window and the SQLite look-ahead (8), not the network one
+        assert "LIMIT 28 " in reads[0] + " "
+    finally:
+        store.close()

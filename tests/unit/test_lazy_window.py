@@ -12,7 +12,7 @@ from memstore.core.loader import RowRequest, run_steps, select_lazily, window_st
 from memstore.core.rows import SUMMARY, FetchedRows, encode_payload, message_type
 from memstore.core.window import StoredMessage, Window, select_window
 from memstore.errors import StorageError
-from memstore.messages import Message, UserMessage
+from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
 from tests.unit.test_window_properties import PROPERTY, histories
 
 
@@ -110,3 +110,31 @@ def test_summary_rows_are_told_apart_by_their_type_without_decoding() -> None:
     assert plain.ids == [1, 2, 4, 5] and [row.id for row in summaries] == [3]
     assert plain.after(2).ids == [4, 5]
     assert lazy.tail(2) == rows[-2:]
+
+
+def test_the_widening_read_decodes_only_the_older_rows_the_window_needs() -> None:
+    call = ToolRequest(id="c1", name="read", arguments="{}")
+    messages: list[Message] = [UserMessage(text=f"u{i}") for i in range(1, 61)]
+    messages += [AiMessage(tool_requests=[call])]
+    messages += [UserMessage(text=f"v{i}") for i in range(62, 100)]
+    messages += [ToolResult(id="c1", tool_name="read", text="r")]
+    messages += [UserMessage(text=f"w{i}") for i in range(101, 131)]
+    rows = [StoredMessage(i, m) for i, m in enumerate(messages, start=1)]
+    every = fetched(rows)
+    every.payloads[4] = "not json"  # row 5: far older than the request the window needs
+
+    def fetch(request: RowRequest) -> FetchedRows:
+        return every.subset(
+            [
+                i
+                for i, row_id in enumerate(every.ids)
+                if (request.before_id is None or row_id < request.before_id)
+                and (request.after_id is None or row_id > request.after_id)
+            ][-request.limit :]
+        )
+
+    # The newest rows hold the result but not its request: a widening read brings rows 1-76;
+    # the window (the result belongs to the group at row 61, older than the window's edge)
+    # is decided from rows 51-130, and row 5 is never decoded.
+    window = run_steps(window_steps(50, start_at_user=False, lookahead=4), fetch)
+    assert window.ids == [*range(80, 100), *range(101, 131)]

@@ -58,7 +58,7 @@ from memstore.core.inputs import (
     normalize_app_ids,
     normalize_user_id,
 )
-from memstore.core.loader import RowRequest, WindowSteps, window_steps
+from memstore.core.loader import RowRequest, Rows, WindowSteps, window_steps
 from memstore.core.plans import (
     WritePlan,
     history_page,
@@ -102,11 +102,18 @@ logger = logging.getLogger("memstore")
 T = TypeVar("T")
 
 
-async def _run_steps(steps: WindowSteps, sql: AsyncSqlHistory, app_id: str) -> Window:
+async def _run_steps(
+    steps: WindowSteps, sql: AsyncSqlHistory, app_id: str, reads: list[Rows] | None = None
+) -> Window:
+    """Drive ``steps`` with ``sql``'s reads; ``reads`` (when given) collects what each read
+    returned."""
     try:
         request: RowRequest = next(steps)
         while True:
-            request = steps.send(await sql.fetch(app_id, request))
+            rows = await sql.fetch(app_id, request)
+            if reads is not None:
+                reads.append(rows)
+            request = steps.send(rows)
     except StopIteration as done:
         window: Window = done.value
         return window
@@ -510,9 +517,10 @@ class AsyncMemoryStore(StoreBase):
             summaries=self._summaries,
             lookahead=self._sql.lookahead,
         )
-        window = self._built(await _run_steps(steps, self._sql, app_id))
+        reads: list[Rows] = []
+        window = self._built(await _run_steps(steps, self._sql, app_id, reads))
         budgeted = self._rebuilt_part(window)
-        entries = self._entries(window.messages if budgeted is None else budgeted.messages)
+        entries = self._entries(window.messages if budgeted is None else budgeted.messages, reads)
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from types import TracebackType
@@ -52,7 +52,7 @@ from memstore.core.inputs import (
     normalize_app_ids,
     normalize_user_id,
 )
-from memstore.core.loader import RowRequest, WindowSteps, run_steps, window_steps
+from memstore.core.loader import RowRequest, Rows, WindowSteps, run_steps, window_steps
 from memstore.core.plans import (
     WritePlan,
     history_page,
@@ -64,7 +64,7 @@ from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import StoredMessage, Window, WindowEntry
+from memstore.core.window import Window, WindowEntry
 from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
@@ -486,7 +486,17 @@ class MemoryStore(StoreBase):
         start_at_user: bool,
         max_tokens: int | None = None,
         summaries: bool = True,
+        reads: list[Rows] | None = None,
     ) -> Window:
+        """The window of ``app_id`` built from SQL; ``reads`` (when given) collects what each
+        of the loader's reads returned."""
+
+        def fetch(request: RowRequest) -> Rows:
+            rows = self._sql.fetch(app_id, request)
+            if reads is not None:
+                reads.append(rows)
+            return rows
+
         window = run_steps(
             window_steps(
                 max_messages,
@@ -496,7 +506,7 @@ class MemoryStore(StoreBase):
                 summaries=self._summaries if summaries else None,
                 lookahead=self._sql.lookahead,
             ),
-            lambda request: self._sql.fetch(app_id, request),
+            fetch,
         )
         return self._built(window)
 
@@ -572,7 +582,8 @@ class MemoryStore(StoreBase):
         batch = []
         for app in apps:
             window, budgeted = windows[app], parts[app]
-            entries = self._entries(window.messages if budgeted is None else budgeted.messages)
+            kept = window.messages if budgeted is None else budgeted.messages
+            entries = self._entries(kept, [prefetched[app]])
             reflected = generations[app] if entries else None
             batch.append((app, entries, window.synthetic_call_ids, versions[app], reflected))
         stored = dict(zip(apps, cache.store_batch(batch), strict=True))
@@ -592,13 +603,11 @@ class MemoryStore(StoreBase):
             lookahead=self._sql.lookahead,
         )
 
-    def _prefetched_window(
-        self, app_id: str, limit: int, first: RowRequest, rows: list[StoredMessage]
-    ) -> Window:
+    def _prefetched_window(self, app_id: str, limit: int, first: RowRequest, rows: Rows) -> Window:
         """The rebuilt window of ``app_id`` whose first read (``first``) returned ``rows``."""
         pending = [rows]
 
-        def fetch(request: RowRequest) -> Sequence[StoredMessage]:
+        def fetch(request: RowRequest) -> Rows:
             if pending and request == first:
                 return pending.pop()
             return self._sql.fetch(app_id, request)
@@ -612,9 +621,10 @@ class MemoryStore(StoreBase):
     def _rebuild(
         self, app_id: str, limit: int, version: str, generation: int | None
     ) -> tuple[list[Message], ReloadReport]:
-        window = self._window(app_id, limit, self.settings.window_start_at_user)
+        reads: list[Rows] = []
+        window = self._window(app_id, limit, self.settings.window_start_at_user, reads=reads)
         budgeted = self._rebuilt_part(window)
-        entries = self._entries(window.messages if budgeted is None else budgeted.messages)
+        entries = self._entries(window.messages if budgeted is None else budgeted.messages, reads)
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -25,8 +25,9 @@ from memstore.core.crypto import RowCipher
 from memstore.core.display import DisplayDraft, ToolFormatter
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int
 from memstore.core.leases import HeldLease, LeaseRow, id_floor
-from memstore.core.loader import WindowSteps, window_steps
+from memstore.core.loader import Rows, WindowSteps, window_steps
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.rows import FetchedRows
 from memstore.core.staleness import PollSchedule
 from memstore.core.summary import SummaryRole, stored_summary, summary_role
 from memstore.core.tokens import (
@@ -606,11 +607,18 @@ class StoreBase:
             return list(entries)
         return [replace(entry, tokens=self._count(entry.message)) for entry in entries]
 
-    def _entries(self, messages: Sequence[Message]) -> list[WindowEntry]:
-        """Cache entries of a rebuilt window (with token counts under a budget)."""
+    def _entries(
+        self, messages: Sequence[Message], reads: Iterable[Rows] = ()
+    ) -> list[WindowEntry]:
+        """Cache entries of a rebuilt window (with token counts under a budget); a message
+        read from one of the loader's ``reads`` carries its row's payload as its JSON."""
+        bodies: dict[int, str] = {}
+        for rows in reads:
+            if isinstance(rows, FetchedRows):
+                bodies.update(rows.bodies())
         if self.settings.window_max_tokens is None:
-            return [entry_for(m) for m in messages]
-        return [entry_for(m, self._count(m)) for m in messages]
+            return [entry_for(m, 0, bodies.get(id(m))) for m in messages]
+        return [entry_for(m, self._count(m), bodies.get(id(m))) for m in messages]
 
     @staticmethod
     def _private_database(url: str, owns_engine: bool) -> bool:

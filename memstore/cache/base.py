@@ -159,7 +159,7 @@ def encode_entry(entry: WindowEntry, app_id: str = "", cipher: RowCipher = PLAIN
     read kinds, call ids and token counts)."""
     counted = f"{TOKENS_SEPARATOR}{entry.tokens}" if entry.tokens else ""
     header = entry.kind + ID_SEPARATOR.join(entry.call_ids) + counted
-    body = encode_message(entry.message)
+    body = encode_message(entry.message) if entry.body is None else entry.body.encode("utf-8")
     if cipher.enabled:
         body = cipher.seal_bytes(body, CACHE_ENTRY, app_id, header)
     return (header + HEADER_END).encode("utf-8") + body

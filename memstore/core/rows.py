@@ -204,6 +204,18 @@ class FetchedRows(Sequence[StoredMessage]):
         out._decoded = [self._decoded[i] for i in positions]
         return out
 
+    def bodies(self) -> dict[int, str]:
+        """The payload of every decoded row by the identity (``id()``) of its message, when
+        the payloads are plain JSON (no keys): a cached window's entry can carry the row's
+        payload, which decodes to the message, instead of encoding the message again."""
+        if self._cipher.enabled:
+            return {}
+        return {
+            id(row.message): payload
+            for row, payload in zip(self._decoded, self.payloads, strict=True)
+            if row is not None
+        }
+
     def followed_by(self, newer: FetchedRows) -> FetchedRows:
         """These rows, then ``newer`` (all of whose ids are above these), sharing what is
         already decoded."""

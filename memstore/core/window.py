@@ -323,22 +323,25 @@ class WindowEntry:
     message: Message
     tokens: int = 0
     """The message's token count (0 when the cache has no token budget)."""
+    body: str | None = field(default=None, compare=False)
+    """The message's JSON when it is at hand (the payload of the row it was read from, which
+    decodes to it), so storing the entry need not encode it again."""
 
 
-def entry_for(message: Message, tokens: int = 0) -> WindowEntry:
+def entry_for(message: Message, tokens: int = 0, body: str | None = None) -> WindowEntry:
     """Classify ``message`` for a cached window."""
     if is_summary(message):
-        return WindowEntry(KIND_SUMMARY, (), message, tokens)
+        return WindowEntry(KIND_SUMMARY, (), message, tokens, body)
     if isinstance(message, ToolResult):
-        return WindowEntry(KIND_RESULT, (message.id,), message, tokens)
+        return WindowEntry(KIND_RESULT, (message.id,), message, tokens, body)
     if isinstance(message, AiMessage):
         if message.tool_requests:
             ids = tuple(c.id for c in message.tool_requests)
-            return WindowEntry(KIND_REQUEST, ids, message, tokens)
-        return WindowEntry(KIND_AI, (), message, tokens)
+            return WindowEntry(KIND_REQUEST, ids, message, tokens, body)
+        return WindowEntry(KIND_AI, (), message, tokens, body)
     if isinstance(message, SystemMessage):
-        return WindowEntry(KIND_SYSTEM, (), message, tokens)
-    return WindowEntry(KIND_USER, (), message, tokens)
+        return WindowEntry(KIND_SYSTEM, (), message, tokens, body)
+    return WindowEntry(KIND_USER, (), message, tokens, body)
 
 
 def token_drop(kinds: Sequence[str], tokens: Sequence[int], max_tokens: int) -> int:

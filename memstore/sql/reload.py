@@ -16,17 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.loader import RowRequest
-from memstore.core.rows import SUMMARY, open_payload
-from memstore.core.window import StoredMessage
-from memstore.errors import MemstoreError
-from memstore.messages import MESSAGE_LIST_ADAPTER, STORED
+from memstore.core.rows import SUMMARY, FetchedRows
 from memstore.sql.engine import read_options, read_retrying, translated_errors
-from memstore.sql.repository import in_app, latest_summary_query, newest_first, rows_to_messages
+from memstore.sql.repository import in_app, latest_summary_query, newest_first
 from memstore.sql.schema import app_generation, original
 
 UNION_APPS = 25
@@ -38,17 +34,20 @@ def _lateral_statement(summary: bool) -> Any:
     """PostgreSQL: the first read of every app of the array ``:r_apps`` in one statement."""
     table, c = original.name, original.c
     rows = (
-        f"SELECT a.app_id, r.id, r.payload FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
-        f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload "
+        f"SELECT a.app_id, r.id, r.payload, r.message_type "
+        f"FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
+        f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
+        f"o.{c.message_type.name} AS message_type "
         f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
         f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> :r_summary "
         f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT :r_limit) r"
     )
     if summary:
         rows += (
-            f" UNION ALL SELECT a.app_id, s.id, s.payload "
+            f" UNION ALL SELECT a.app_id, s.id, s.payload, s.message_type "
             f"FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
-            f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload "
+            f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
+            f"o.{c.message_type.name} AS message_type "
             f"FROM {table} o WHERE o.{c.app_id.name} = a.app_id "
             f"AND o.{c.message_type.name} = :r_summary AND o.{c.is_deleted.name} = false "
             f"ORDER BY o.{c.message_type.name} DESC, o.{c.id.name} DESC LIMIT 1) s"
@@ -56,16 +55,19 @@ def _lateral_statement(summary: bool) -> Any:
     return sa.text(rows)
 
 
+_COLUMNS = [original.c.app_id, original.c.id, original.c.payload, original.c.message_type]
+
+
 @functools.cache
 def _first_reads_statement(apps: int, summary: bool) -> Any:
     """``UNION ALL`` of the first read of ``apps`` apps (parameters ``r_app_<i>``,
-    ``r_limit``), each row with its app id."""
+    ``r_limit``), each row with its app id: ``(app_id, id, payload, message_type)``."""
     limit = sa.bindparam("r_limit", type_=sa.Integer())
     branches: list[Any] = []
     for index in range(apps):
         app = sa.bindparam(f"r_app_{index}", type_=original.c.app_id.type)
         rows = (
-            sa.select(original.c.app_id, original.c.id, original.c.payload)
+            sa.select(*_COLUMNS)
             .where(
                 in_app(original, app),
                 original.c.is_deleted == sa.false(),
@@ -75,20 +77,19 @@ def _first_reads_statement(apps: int, summary: bool) -> Any:
             .limit(limit)
             .subquery()
         )
-        branches.append(sa.select(rows.c.app_id, rows.c.id, rows.c.payload))
+        branches.append(sa.select(*rows.c))
         if summary:
-            newest = latest_summary_query(
-                app, columns=[original.c.app_id, original.c.id, original.c.payload]
-            ).subquery()
-            branches.append(sa.select(newest.c.app_id, newest.c.id, newest.c.payload))
+            newest = latest_summary_query(app, columns=_COLUMNS).subquery()
+            branches.append(sa.select(*newest.c))
     return sa.union_all(*branches)
 
 
 def first_reads(
     engine: Engine, apps: Sequence[str], request: RowRequest, cipher: RowCipher
-) -> dict[str, list[StoredMessage]]:
+) -> dict[str, FetchedRows]:
     """The rows the loader's first ``request`` (no ``before_id``/``after_id``) reads, for each
-    of ``apps`` (distinct), in one statement: chronological stored messages per app."""
+    of ``apps`` (distinct), in one statement: chronological rows per app, each decoded when
+    the loader uses it (:class:`~memstore.core.rows.FetchedRows`)."""
     if not apps:
         return {}
     reads: list[tuple[Any, dict[str, Any]]] = []
@@ -108,29 +109,11 @@ def first_reads(
             **read_options(engine),
         )
     grouped: dict[str, list[Any]] = {app: [] for app in apps}
-    for row in rows:
-        found = grouped.get(row.app_id)
+    for app_id, row_id, payload, kind in rows:
+        found = grouped.get(app_id)
         if found is not None:
-            found.append(row)
-    return {app: _decoded(found, app, cipher) for app, found in grouped.items()}
-
-
-def _decoded(rows: list[Any], app_id: str, cipher: RowCipher) -> list[StoredMessage]:
-    """One app's rows, chronological: every payload validated in one pass over a joined JSON
-    array; a row that does not decode goes through the row-by-row path, which names it."""
-    rows.sort(key=_row_id)
-    try:
-        payloads = [open_payload(cipher, app_id, row.id, row.payload) for row in rows]
-        messages = MESSAGE_LIST_ADAPTER.validate_json(
-            "[" + ",".join(payloads) + "]", context=STORED
-        )
-    except (ValidationError, ValueError, MemstoreError):
-        return rows_to_messages(rows, app_id, cipher)
-    return [StoredMessage(row.id, message) for row, message in zip(rows, messages, strict=True)]
-
-
-def _row_id(row: Any) -> int:
-    return int(row.id)
+            found.append((row_id, payload, kind))
+    return {app: FetchedRows.from_rows(found, cipher, app) for app, found in grouped.items()}
 
 
 def generations(engine: Engine, apps: Sequence[str]) -> dict[str, int]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import fakeredis
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from memstore import MemoryStore, Settings
@@ -24,6 +25,7 @@ from memstore.messages import (
     ToolResult,
     UserMessage,
 )
+from memstore.sql.schema import original
 from tests.conftest import SESSION_WORKER_ID, migrated_engine, redis_client
 
 WINDOW = 6
@@ -152,3 +154,48 @@ def test_a_batch_reload_with_redis_down_caches_nothing_and_never_raises(engine: 
         reports = store._reload_batch([f"{run}-a", f"{run}-b"])
         assert [r.cached for r in reports] == [False, False]
         assert set(cache.state.dirty_apps()) == {f"{run}-a", f"{run}-b"}
+
+
+def test_a_rebuilt_window_carries_the_rows_payloads_as_they_are_stored(
+    engine: Engine, client: fakeredis.FakeRedis
+) -> None:
+    """A rebuild does not encode the rows' messages again: each entry's JSON is its row's
+    payload, byte for byte (here a payload written with every field, as older versions
+    wrote them); the interrupted answer it adds is encoded."""
+    run = f"rb-{uuid.uuid4().hex[:10]}"
+    app = f"{run}-a"
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+    )
+    store = MemoryStore(
+        settings,
+        engine=engine,
+        cache=RedisWindowCache(client, WindowPolicy.from_settings(settings)),
+    )
+    call = ToolRequest(id=f"{run}-c", name="t", arguments="{}")
+    messages: list[Message] = [UserMessage(text="hi"), AiMessage(tool_requests=[call])]
+    try:
+        store.append(app, messages)
+        with engine.begin() as conn:
+            rows = conn.execute(
+                sa.select(original.c.id, original.c.payload)
+                .where(original.c.app_id == app)
+                .order_by(original.c.id)
+            ).all()
+            old_style = messages[0].model_dump_json()
+            conn.execute(
+                original.update().where(original.c.id == rows[0].id).values(payload=old_style)
+            )
+        expected = [old_style.encode(), rows[1].payload.encode()]
+        for rebuild in (lambda: store._reload_batch([app]), lambda: store.reload(app)):
+            rebuild()
+            raw = client.lrange(keys.window_key(app), 0, -1)
+            bodies = [item[item.index(b"\x1e") + 1 :] for item in raw]
+            assert bodies[:2] == expected
+            assert len(bodies) == 3  # the interrupted answer, encoded
+            assert store.memory(app).messages() == store.load_window(app)
+    finally:
+        client.delete(*keys.app_keys(app))
+        store.purge(app)
+        store.close()

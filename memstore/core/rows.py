@@ -231,9 +231,9 @@ class FetchedRows(Sequence[StoredMessage]):
 
     def without_summaries(self) -> tuple[FetchedRows, list[StoredMessage]]:
         """The plain rows (undecoded) and the summary rows (decoded)."""
-        summaries = [i for i, kind in enumerate(self.kinds) if kind == SUMMARY]
-        if not summaries:
+        if SUMMARY not in self.kinds:
             return self, []
+        summaries = [i for i, kind in enumerate(self.kinds) if kind == SUMMARY]
         plain = [i for i, kind in enumerate(self.kinds) if kind != SUMMARY]
         return self.subset(plain), [self[i] for i in summaries]
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memstore.core.summary import is_summary
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
@@ -33,9 +34,11 @@ INTERRUPTED_TEXT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message with the snowflake id of its row in the original history."""
+class StoredMessage(NamedTuple):
+    """A message with the snowflake id of its row in the original history.
+
+    A named tuple: immutable, and built in a third of a frozen dataclass's time (the loader
+    builds one per decoded row)."""
 
     id: int
     message: Message
@@ -151,10 +154,6 @@ def _assemble(rows: Sequence[StoredMessage], stats: WindowStats) -> list[tuple[_
     return units
 
 
-def _unit_size(unit: _Unit) -> int:
-    return unit.size if isinstance(unit, _Group) else 1
-
-
 def select_window(
     rows: Sequence[StoredMessage],
     max_messages: int,
@@ -200,11 +199,13 @@ def select_window(
                 needs_older = True
             stats.orphans_skipped += 1
             continue
-        if isinstance(unit, _Group):
+        size = 1
+        if type(unit) is _Group:
             call_ids = {call.id for call in unit.request.tool_requests}
             if not call_ids.isdisjoint(chosen_call_ids):
                 break  # a newer group reuses a call id; providers reject duplicate ids
             chosen_call_ids |= call_ids
+            size = unit.size
         if max_tokens is not None and count_tokens is not None:
             cost = _unit_tokens(unit, count_tokens)
             if chosen and tokens + cost > max_tokens:
@@ -212,7 +213,6 @@ def select_window(
             if not chosen and cost > max_tokens:
                 stats.oversize = True
             tokens += cost
-        size = _unit_size(unit)
         if total + size > max_messages:
             stats.widened_groups += 1
         chosen.append((unit, row_id))

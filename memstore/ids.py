@@ -100,12 +100,15 @@ class SnowflakeGenerator:
         floor = -1 if above is None else above
         ids: list[int] = []
         with self._lock:
+            now = self._current_ms()  # once: the ids of one call are issued at one instant
             for _ in range(count):
-                ids.append(self._next_locked(floor))
+                snowflake, now = self._next_locked(floor, now)
+                ids.append(snowflake)
         return ids
 
-    def _next_locked(self, floor: int) -> int:
-        now = self._current_ms()
+    def _next_locked(self, floor: int, now: int) -> tuple[int, int]:
+        """The next id at clock ``now`` (ms) and the clock it was issued at (later when this
+        generator had used up ``now``'s millisecond and waited for the next)."""
         if not 0 <= now - EPOCH_MS <= MAX_TIMESTAMP:
             raise ClockMovedBackwardsError(f"clock {now} ms is outside the snowflake range")
         after = max(self._last_id, floor)
@@ -121,7 +124,7 @@ class SnowflakeGenerator:
                 f"time {id_timestamp_ms(snowflake)} ms is outside the snowflake range"
             )
         self._last_id = snowflake
-        return snowflake
+        return snowflake, now
 
     def _current_ms(self) -> int:
         now = self._clock()

@@ -83,47 +83,68 @@ def _printable_ascii(value: str) -> bool:
     return value.isascii() and value.isprintable()
 
 
-def _check_text(value: str, field: str, limit: int) -> None:
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as error:
-        raise InvalidMessageError(
-            f"{field} is not valid unicode (lone surrogate at {error.start})"
-        ) from error
+def _field(position: int, message: Message, part: str, call_id: str | None) -> str:
+    """The name of a checked field in error texts (built only when a check fails)."""
+    where = f"message {position} ({message.type}) {part}"
+    return where if call_id is None else f"{where} of {call_id!r}"
+
+
+def _check_text(
+    value: str,
+    limit: int,
+    position: int,
+    message: Message,
+    part: str,
+    call_id: str | None = None,
+) -> None:
+    if value.isascii():  # O(1): no surrogate, one byte a character
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            field = _field(position, message, part, call_id)
+            raise InvalidMessageError(
+                f"{field} is not valid unicode (lone surrogate at {error.start})"
+            ) from error
     if "\x00" in value:
+        field = _field(position, message, part, call_id)
         raise InvalidMessageError(f"{field} contains a NUL character, which databases reject")
     if size > limit:
+        field = _field(position, message, part, call_id)
         raise MessageTooLargeError(
             f"{field} is {size} bytes; the limit is {limit} bytes", size=size, limit=limit
         )
 
 
-def _check_call_id(value: str, field: str) -> None:
-    _check_text(value, field, MAX_CALL_ID_CHARS * 4)
+def _check_call_id(value: str, position: int, message: Message, part: str) -> None:
+    _check_text(value, MAX_CALL_ID_CHARS * 4, position, message, part)
     if not _printable_ascii(value) and any(unicodedata.category(c) == "Cc" for c in value):
+        field = _field(position, message, part, None)
         raise InvalidMessageError(f"{field} contains a control character")
     if len(value) > MAX_CALL_ID_CHARS:
+        field = _field(position, message, part, None)
         raise InvalidMessageError(f"{field} is longer than {MAX_CALL_ID_CHARS} characters")
 
 
 def check_messages(messages: Iterable[Message], max_text_bytes: int) -> None:
     """Raise before writing when any text, name or arguments field breaks the limits."""
+    limit = max_text_bytes
     for position, message in enumerate(messages):
-        where = f"message {position} ({message.type})"
         if isinstance(message, (UserMessage, SystemMessage)):
-            _check_text(message.text, f"{where} text", max_text_bytes)
+            _check_text(message.text, limit, position, message, "text")
         elif isinstance(message, ToolResult):
-            _check_call_id(message.id, f"{where} id")
-            _check_text(message.tool_name, f"{where} tool_name", max_text_bytes)
-            _check_text(message.text, f"{where} text", max_text_bytes)
+            _check_call_id(message.id, position, message, "id")
+            _check_text(message.tool_name, limit, position, message, "tool_name")
+            _check_text(message.text, limit, position, message, "text")
         elif isinstance(message, AiMessage):
             check_ai_shape(message)
             if message.text is not None:
-                _check_text(message.text, f"{where} text", max_text_bytes)
+                _check_text(message.text, limit, position, message, "text")
             for call in message.tool_requests:
-                _check_call_id(call.id, f"{where} tool call id")
-                _check_text(call.name, f"{where} tool name", max_text_bytes)
-                _check_text(call.arguments, f"{where} arguments of {call.id!r}", max_text_bytes)
+                _check_call_id(call.id, position, message, "tool call id")
+                _check_text(call.name, limit, position, message, "tool name")
+                _check_text(call.arguments, limit, position, message, "arguments", call.id)
 
 
 def normalize_app_ids(app_ids: object) -> list[str]:

@@ -45,12 +45,13 @@ from sqlalchemy.util import await_only, greenlet_spawn
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.rows import SUMMARY, TOOL_REQUEST
+from memstore.core.rows import TOOL_REQUEST
 from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
 from memstore.sql.repository import (
     NEWEST_IDS,
     REQUEST_SCAN_PAGE,
+    SUMMARY_TYPE,
     ChainCheck,
     in_app,
     newest_first,
@@ -97,7 +98,7 @@ def _latest_summary() -> sa.Select[Any]:
         sa.select(original.c.id)
         .where(
             original.c.app_id == _APP,
-            original.c.message_type == SUMMARY,
+            original.c.message_type == SUMMARY_TYPE,
             original.c.is_deleted == sa.false(),
         )
         .order_by(original.c.message_type.desc(), original.c.id.desc())

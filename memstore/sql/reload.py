@@ -22,8 +22,10 @@ from memstore.core.crypto import RowCipher
 from memstore.core.loader import RowRequest
 from memstore.core.rows import SUMMARY, FetchedRows
 from memstore.sql.engine import read_options, read_retrying, translated_errors
-from memstore.sql.repository import in_app, latest_summary_query, newest_first
+from memstore.sql.repository import SUMMARY_TYPE, in_app, latest_summary_query, newest_first
 from memstore.sql.schema import app_generation, original
+
+_SUMMARY = f"'{SUMMARY}'"  # a constant in the SQL (see SUMMARY_TYPE)
 
 UNION_APPS = 25
 """Apps per ``UNION ALL`` statement (databases without ``LATERAL``)."""
@@ -39,7 +41,7 @@ def _lateral_statement(summary: bool) -> Any:
         f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
         f"o.{c.message_type.name} AS message_type "
         f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
-        f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> :r_summary "
+        f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> {_SUMMARY} "
         f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT :r_limit) r"
     )
     if summary:
@@ -49,7 +51,7 @@ def _lateral_statement(summary: bool) -> Any:
             f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
             f"o.{c.message_type.name} AS message_type "
             f"FROM {table} o WHERE o.{c.app_id.name} = a.app_id "
-            f"AND o.{c.message_type.name} = :r_summary AND o.{c.is_deleted.name} = false "
+            f"AND o.{c.message_type.name} = {_SUMMARY} AND o.{c.is_deleted.name} = false "
             f"ORDER BY o.{c.message_type.name} DESC, o.{c.id.name} DESC LIMIT 1) s"
         )
     return sa.text(rows)
@@ -71,7 +73,7 @@ def _first_reads_statement(apps: int, summary: bool) -> Any:
             .where(
                 in_app(original, app),
                 original.c.is_deleted == sa.false(),
-                original.c.message_type != SUMMARY,
+                original.c.message_type != SUMMARY_TYPE,
             )
             .order_by(*newest_first(original))
             .limit(limit)
@@ -94,7 +96,7 @@ def first_reads(
         return {}
     reads: list[tuple[Any, dict[str, Any]]] = []
     if engine.dialect.name == "postgresql":
-        params = {"r_apps": list(apps), "r_limit": request.limit, "r_summary": SUMMARY}
+        params = {"r_apps": list(apps), "r_limit": request.limit}
         reads.append((_lateral_statement(request.summary), params))
     else:
         for start in range(0, len(apps), UNION_APPS):

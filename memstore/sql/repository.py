@@ -70,6 +70,12 @@ class ChainCheck:
             )
 
 
+SUMMARY_TYPE = sa.literal_column(f"'{SUMMARY}'", sa.String())
+"""The summary rows' ``message_type`` written into the SQL, not bound: PostgreSQL's plan of a
+window read comparing ``message_type`` with a parameter ran ~100 µs slower (half the read),
+the same statement with the constant as fast as the read without the summary lookup."""
+
+
 def in_app(table: sa.Table, app_id: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
     """``app_id = :app``, spelled as a one-value range.
 
@@ -96,7 +102,7 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
         .where(
             in_app(original, app_id),
             original.c.is_deleted == sa.false(),
-            original.c.message_type != SUMMARY,
+            original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
         .limit(request.limit)
@@ -125,7 +131,7 @@ def window_statement(before: bool, after: bool, summary: bool) -> Any:
         .where(
             in_app(original, app),
             original.c.is_deleted == sa.false(),
-            original.c.message_type != SUMMARY,
+            original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
         .limit(sa.bindparam("w_limit", type_=sa.Integer()))
@@ -183,7 +189,7 @@ def latest_summary_query(
         sa.select(*columns)
         .where(
             original.c.app_id == app_id,
-            original.c.message_type == SUMMARY,
+            original.c.message_type == SUMMARY_TYPE,
             original.c.is_deleted == sa.false(),
         )
         .order_by(original.c.message_type.desc(), original.c.id.desc())

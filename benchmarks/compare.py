@@ -69,14 +69,13 @@ from benchmarks.common import (
     time_interleaved,
 )
 from benchmarks.dataset import AppPlan, TextSource, interleaved_rows
-from memstore import MemoryStore, Settings
+from memstore import MemoryStore, Settings, operations
 from memstore.aio import AsyncMemoryStore
 from memstore.cache import keys
 from memstore.core.rows import decode_payload, encode_payload, message_type
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.schema import original
-from memstore.store import RELOAD_BATCH
 
 WINDOW = 50
 WRITERS = 8
@@ -908,9 +907,11 @@ def hot(
 
 
 def reload_all(store: MemoryStore, apps: list[str]) -> None:
-    """What ``memstore reload --all`` runs: batches of ``RELOAD_BATCH`` apps."""
-    for start in range(0, len(apps), RELOAD_BATCH):
-        store._reload_batch(apps[start : start + RELOAD_BATCH])
+    """What ``memstore reload --all`` runs: batches of ``RELOAD_BATCH`` apps under the CLI's
+    collector settings."""
+    with operations.bulk_collection():
+        for _report in operations.reload_apps(store, apps):
+            pass
 
 
 def rebuilds(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -27,9 +26,9 @@ from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
 from memstore.importers import SOURCES, SessionImport, convert, import_session
 from memstore.messages import Message, ToolResult
-from memstore.reports import DisplayEntry, ReloadReport
+from memstore.reports import DisplayEntry
 from memstore.sql import admin
-from memstore.store import RELOAD_BATCH, MemoryStore
+from memstore.store import MemoryStore
 
 audit = logging.getLogger("memstore.audit")
 
@@ -296,17 +295,21 @@ def reload(
         }
         reports: list[dict[str, Any]] = []
         try:
-            for report in _reloaded(store, _walk(store, apps, "reloading"), max_messages):
-                if not all_apps:
-                    reports.append(report.model_dump())
-                totals["apps"] += 1
-                for key in (
-                    "messages",
-                    "widened_groups",
-                    "interrupted_answered",
-                    "orphans_skipped",
-                ):
-                    totals[key] += getattr(report, key)
+            with operations.bulk_collection():
+                reloaded = operations.reload_apps(
+                    store, _walk(store, apps, "reloading"), max_messages
+                )
+                for report in reloaded:
+                    if not all_apps:
+                        reports.append(report.model_dump())
+                    totals["apps"] += 1
+                    for key in (
+                        "messages",
+                        "widened_groups",
+                        "interrupted_answered",
+                        "orphans_skipped",
+                    ):
+                        totals[key] += getattr(report, key)
         except KeyboardInterrupt:
             click.echo(f"interrupted after {totals['apps']} apps", err=True)
             _summary(totals, as_json)
@@ -323,14 +326,6 @@ def reload(
                     + ("" if done["cached"] else " (not cached)")
                 )
             _summary(totals, False)
-
-
-def _reloaded(
-    store: MemoryStore, apps: Iterator[str], max_messages: int | None
-) -> Iterator[ReloadReport]:
-    """Reload ``apps`` in batches of ``RELOAD_BATCH`` (shared round trips, flat memory)."""
-    while batch := list(itertools.islice(apps, RELOAD_BATCH)):
-        yield from store._reload_batch(batch, max_messages)
 
 
 def _summary(totals: dict[str, int], as_json: bool) -> None:

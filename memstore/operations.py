@@ -6,9 +6,11 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -140,8 +142,24 @@ def reload_apps(
 ) -> Iterator[ReloadReport]:
     """Reload the windows of ``app_ids`` (normalized) in batches of
     :data:`~memstore.store.RELOAD_BATCH` (shared round trips, flat memory), as
-    ``memstore reload`` does; reports in order. Run it inside :func:`bulk_collection` in a
-    process of its own."""
+    ``memstore reload`` does; reports in order. While a batch's windows are built and stored,
+    a worker thread already drops the next batch's windows and reads its rows (each batch
+    keeps its own order: versions, rows, generations, store), so the database's and Redis's
+    waits overlap the Python work. Run it inside :func:`bulk_collection` in a process of its
+    own."""
     apps = iter(app_ids)
-    while batch := list(itertools.islice(apps, RELOAD_BATCH)):
-        yield from store._reload_batch(batch, max_messages)
+
+    def next_reads(executor: ThreadPoolExecutor) -> Future[Any] | None:
+        batch = list(itertools.islice(apps, RELOAD_BATCH))
+        return executor.submit(store._reload_reads, batch, max_messages) if batch else None
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-reload") as executor:
+        pending = next_reads(executor)
+        try:
+            while pending is not None:
+                reads = pending.result()
+                pending = next_reads(executor)
+                yield from store._reload_stores(reads)
+        finally:
+            if pending is not None:
+                pending.cancel()

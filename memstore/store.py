@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from types import TracebackType
@@ -61,7 +62,7 @@ from memstore.core.plans import (
     reload_report,
 )
 from memstore.core.retention import RetentionRule
-from memstore.core.rows import decode_row
+from memstore.core.rows import FetchedRows, decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, WindowEntry
@@ -104,6 +105,19 @@ T = TypeVar("T")
 
 RELOAD_BATCH = 100
 """Apps per batch of ``memstore reload`` (see :meth:`MemoryStore._reload_batch`)."""
+
+
+@dataclass(slots=True)
+class _ReloadReads:
+    """What the first half of a batch reload read (see :meth:`MemoryStore._reload_reads`)."""
+
+    app_ids: list[str]
+    size: int
+    versions: dict[str, str] = field(default_factory=dict)
+    first: RowRequest | None = None
+    prefetched: dict[str, FetchedRows] = field(default_factory=dict)
+    done: list[ReloadReport] | None = None
+    """The reports, when the cache reloads one app at a time (nothing left to do)."""
 
 
 class MemoryStore(StoreBase):
@@ -567,15 +581,34 @@ class MemoryStore(StoreBase):
         read; a tool group at an edge still gets its own bounded read), one statement their
         generations (after all the rows), and one pipelined call stores the windows. Other
         caches reload the apps one by one. (``memstore reload`` runs batches of
-        :data:`RELOAD_BATCH` apps: memory stays flat however many apps there are.)"""
+        :data:`RELOAD_BATCH` apps: memory stays flat however many apps there are, and the
+        next batch's reads overlap this one's windows: see
+        :func:`memstore.operations.reload_apps`.)"""
+        return self._reload_stores(self._reload_reads(app_ids, limit))
+
+    def _reload_reads(self, app_ids: list[str], limit: int | None = None) -> _ReloadReads:
+        """The first half of :meth:`_reload_batch`: the windows dropped, their versions and
+        the apps' rows read (without a batching cache: the whole reload, one app at a
+        time)."""
         size = self.settings.reload_max if limit is None else limit
         cache = self.cache
         if not (self._guarded and isinstance(cache, RedisWindowCache)) or cache.is_cluster:
-            return [self.reload(app, size) for app in app_ids]
+            return _ReloadReads(app_ids, size, done=[self.reload(app, size) for app in app_ids])
         apps = list(dict.fromkeys(app_ids))
         versions = dict(zip(apps, cache.begin_reloads(apps), strict=True))
         first = next(self._window_steps(size))
         prefetched = sql_reload.first_reads(self.engine, apps, first, self.cipher)
+        return _ReloadReads(app_ids, size, versions, first, prefetched)
+
+    def _reload_stores(self, reads: _ReloadReads) -> list[ReloadReport]:
+        """The second half of :meth:`_reload_batch`: the windows built, checked against the
+        generations (read now, after every app's rows) and stored; the reports."""
+        if reads.done is not None:
+            return reads.done
+        cache = self.cache
+        assert isinstance(cache, RedisWindowCache) and reads.first is not None
+        size, first, prefetched = reads.size, reads.first, reads.prefetched
+        apps = list(reads.versions)
         windows = {app: self._prefetched_window(app, size, first, prefetched[app]) for app in apps}
         generations = sql_reload.generations(self.engine, apps)  # after every app's rows
         parts = {app: self._rebuilt_part(window) for app, window in windows.items()}
@@ -585,13 +618,13 @@ class MemoryStore(StoreBase):
             kept = window.messages if budgeted is None else budgeted.messages
             entries = self._entries(kept, [prefetched[app]])
             reflected = generations[app] if entries else None
-            batch.append((app, entries, window.synthetic_call_ids, versions[app], reflected))
+            batch.append((app, entries, window.synthetic_call_ids, reads.versions[app], reflected))
         stored = dict(zip(apps, cache.store_batch(batch), strict=True))
         reports = {}
         for app in apps:
             self._rebuilt(stored[app])
             reports[app] = reload_report(app, windows[app], stored[app], parts[app])
-        return [reports[app] for app in app_ids]
+        return [reports[app] for app in reads.app_ids]
 
     def _window_steps(self, limit: int) -> WindowSteps:
         """The loader steps of a rebuilt window (``limit`` messages)."""

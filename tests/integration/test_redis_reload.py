@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from memstore import MemoryStore, Settings
+from memstore import MemoryStore, Settings, operations
 from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import NoWindowCache
@@ -198,4 +198,37 @@ def test_a_rebuilt_window_carries_the_rows_payloads_as_they_are_stored(
     finally:
         client.delete(*keys.app_keys(app))
         store.purge(app)
+        store.close()
+
+
+def test_reload_apps_overlaps_batches_and_reports_in_order(
+    engine: Engine, client: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``memstore reload``'s loop: the next batch is read while one is stored; every window
+    is the one a single reload stores and the reports come in the apps' order."""
+    monkeypatch.setattr(operations, "RELOAD_BATCH", 3)
+    run = f"ra-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+        window_size=WINDOW,
+        reload_max=WINDOW,
+    )
+    cache = RedisWindowCache(client, WindowPolicy.from_settings(settings))
+    store = MemoryStore(settings, engine=engine, cache=cache)
+    histories_by_app = {
+        f"{run}-{n}": [UserMessage(text=f"m{n}-{i}") for i in range(n % 4)] for n in range(8)
+    }
+    try:
+        for app, messages in histories_by_app.items():
+            if messages:
+                store.append(app, messages)
+        with operations.bulk_collection():
+            reports = list(operations.reload_apps(store, list(histories_by_app)))
+        assert [r.app_id for r in reports] == list(histories_by_app)
+        assert [r.messages for r in reports] == [len(m) for m in histories_by_app.values()]
+        for app, messages in histories_by_app.items():
+            assert store.cache.read(app).messages == (store.load_window(app) if messages else None)
+    finally:
+        client.delete(*(key for app in histories_by_app for key in keys.app_keys(app)))
         store.close()

@@ -520,7 +520,10 @@ class AsyncMemoryStore(StoreBase):
         reads: list[Rows] = []
         window = self._built(await _run_steps(steps, self._sql, app_id, reads))
         budgeted = self._rebuilt_part(window)
-        entries = self._entries(window.messages if budgeted is None else budgeted.messages, reads)
+        kept = window.messages if budgeted is None else budgeted.messages
+        # an external cache stores the rows' payloads as the entries' JSON; the in-process
+        # one keeps the messages themselves (carrying the payloads too would double it)
+        entries = self._entries(kept, reads if self._local is None else ())
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

@@ -657,7 +657,10 @@ class MemoryStore(StoreBase):
         reads: list[Rows] = []
         window = self._window(app_id, limit, self.settings.window_start_at_user, reads=reads)
         budgeted = self._rebuilt_part(window)
-        entries = self._entries(window.messages if budgeted is None else budgeted.messages, reads)
+        kept = window.messages if budgeted is None else budgeted.messages
+        # an external cache stores the rows' payloads as the entries' JSON; the in-process
+        # one keeps the messages themselves (carrying the payloads too would double it)
+        entries = self._entries(kept, reads if self._local is None else ())
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

@@ -242,13 +242,14 @@ def _release(fairy: PoolProxiedConnection, idle: bool) -> None:
 def read_rows(engine: Engine, statements: Sequence[Statement]) -> list[Sequence[Any]]:
     """Run ``statements`` (one, or on SQLite several: :func:`sqlite_reads`) on a pooled
     connection of ``engine`` (pysqlite or psycopg); their rows."""
+    postgres = engine.dialect.name == "postgresql"
+    if postgres and len(statements) != 1:
+        raise ValueError("a PostgreSQL window read is one statement")
     fairy = _checkout(engine)
     dbapi: Any = fairy.dbapi_connection
     sql, args = statements[0]
     try:
-        if engine.dialect.name == "postgresql":
-            if len(statements) != 1:
-                raise ValueError("a PostgreSQL window read is one statement")
+        if postgres:
             dbapi.autocommit = True
             cursor = dbapi.cursor()
             try:
@@ -297,16 +298,16 @@ async def aread_rows(engine: AsyncEngine, statements: Sequence[Statement]) -> li
     """:func:`read_rows` on the driver's own asyncio connection (asyncpg, psycopg, aiosqlite:
     all of ``statements`` in one hop to its thread)."""
     sync_engine = engine.sync_engine
+    name = sync_engine.dialect.driver
+    if name != "aiosqlite" and len(statements) != 1:
+        raise ValueError("a PostgreSQL window read is one statement")
     fairy = await greenlet_spawn(_checkout, sync_engine)
     adapted: Any = fairy.dbapi_connection
     driver: Any = fairy.driver_connection
-    name = sync_engine.dialect.driver
     sql, args = statements[0]
     idle = True
     try:
         try:
-            if name != "aiosqlite" and len(statements) != 1:
-                raise ValueError("a PostgreSQL window read is one statement")
             if name == "asyncpg":
                 # outside a transaction: asyncpg runs the statement as its own (autocommit)
                 rows: list[Any] = await driver.fetch(sql, *args)

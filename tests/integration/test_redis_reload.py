@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import fakeredis
 import pytest
@@ -231,4 +232,20 @@ def test_reload_apps_overlaps_batches_and_reports_in_order(
             assert store.cache.read(app).messages == (store.load_window(app) if messages else None)
     finally:
         client.delete(*(key for app in histories_by_app for key in keys.app_keys(app)))
+        store.close()
+
+
+def test_the_in_process_cache_keeps_messages_not_payloads(tmp_path: Any) -> None:
+    """Only a cache that encodes entries gets the rows' payloads; the in-process windows hold
+    the decoded messages alone."""
+    store = MemoryStore(Settings(database_url=f"sqlite:///{tmp_path / 'local.db'}"))
+    store.migrate()
+    try:
+        store.append("app", [UserMessage(text="hi"), AiMessage(text="hello")])
+        local: Any = store._local
+        local.invalidate("app")
+        assert store.memory("app").messages() == store.load_window("app")
+        entries = local._slots["app"].entries
+        assert len(entries) == 2 and all(entry.body is None for entry in entries)
+    finally:
         store.close()

@@ -137,6 +137,10 @@ SHARED_COLUMNS = frozenset({"app_id", "user_id", "created_at", "updated_at", "is
 not deleted): PostgreSQL's insert sends them once, not as arrays."""
 
 
+InsertCall = tuple[str, Any]
+"""An insert's SQL and its parameters."""
+
+
 class _Insert:
     """The insert of one table's rows and the rows' parameters, each value through its
     column type's bind processor as SQLAlchemy would send it (timestamps as SQLite's text,
@@ -172,20 +176,28 @@ class _Insert:
             )
             arrays = ", ".join(f"{cast(i)}[]" for i in self.varying)
             aliases = ", ".join(quote(self.names[i]) for i in self.varying)
-            self.sql = (
+            into = (
                 f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
                 f"({', '.join(quote(name) for name in self.names)}) "
-                f"SELECT {picked} FROM unnest({arrays}) AS u({aliases})"
             )
+            self.sql = f"{into}SELECT {picked} FROM unnest({arrays}) AS u({aliases})"
+            every = ", ".join(f"{cast(i)}[]" for i in range(len(self.names)))
+            self.wide_sql = f"{into}SELECT * FROM unnest({every})"
+            """Every column as an array: for rows that differ in a shared column (not the
+            store's own writes, whose rows share one app, user and instant)."""
             return
         compiled = table.insert().compile(dialect=dialect)
         if compiled.positiontup is None or tuple(compiled.positiontup) != self.names:
             raise ValueError("the insert's parameters are not positional, in column order")
         self.sql = compiled.string
 
-    def values(self, rows: Sequence[dict[str, Any]]) -> Any:
-        """``executemany`` parameters (one tuple per row), or the ``unnest`` statement's
-        (the shared columns' values, then one list per varying column)."""
+    def values(self, rows: Sequence[dict[str, Any]]) -> InsertCall | None:
+        """The statement and its parameters (``None`` without rows): ``executemany``'s (one
+        tuple per row), or the ``unnest`` statement's (the shared columns' values, then one
+        list per varying column; every column as a list when the rows differ in a shared
+        one)."""
+        if not rows:
+            return None
         names = self.names
         memo: dict[tuple[int, Any], Any] = {}  # a write's rows share app, user, timestamps
         out: list[Any] = []
@@ -201,16 +213,12 @@ class _Insert:
                     values[index] = processed
             out.append(values)
         if not self.columnar:
-            return [tuple(values) for values in out]
-        if not out:
-            return None
+            return self.sql, [tuple(values) for values in out]
         first = out[0]
-        for values in out[1:]:
-            if any(values[i] != first[i] for i in self.shared):
-                raise ValueError("the rows of one write differ in a shared column")
-        return [first[i] for i in self.shared] + [
-            [values[i] for values in out] for i in self.varying
-        ]
+        if any(values[i] != first[i] for values in out[1:] for i in self.shared):
+            return self.wide_sql, [list(column) for column in zip(*out, strict=True)]
+        shared = [first[i] for i in self.shared]
+        return self.sql, shared + [[values[i] for values in out] for i in self.varying]
 
 
 class DirectStatements:
@@ -313,7 +321,9 @@ class _Write:
         self.before: int | None = None
         """Where the next page of tool requests starts (``None``: no page left to read)."""
 
-    def issue(self, issue_ids: IdIssuer, newest: int) -> tuple[list[Any], list[Any]]:
+    def issue(
+        self, issue_ids: IdIssuer, newest: int
+    ) -> tuple[InsertCall | None, InsertCall | None]:
         """Issue the ids above ``newest``; the parameters of both inserts."""
         self.ids = issue_ids(self.plan.id_count, newest)
         originals, displays = rows_with_ids(self.plan, self.ids, self.cipher)
@@ -391,7 +401,7 @@ def sqlite_write(
     names = write.names
     # ids and rows before the write lock, which other writers wait for meanwhile; checked
     # against the app's newest id under the lock (see _Write.overtaken)
-    originals, displays = ([], []) if reads_first else write.issue(issue_ids, -1)
+    originals, displays = (None, None) if reads_first else write.issue(issue_ids, -1)
     cursor = conn.cursor()
     try:
         cursor.execute("BEGIN IMMEDIATE")
@@ -414,9 +424,9 @@ def sqlite_write(
             write.next_page(cursor.execute(s.requests_before.sql, write.page_params()).fetchall())
         write.answered()
         if originals:
-            cursor.executemany(s.insert_original.sql, originals)
+            cursor.executemany(*originals)
         if displays:
-            cursor.executemany(s.insert_display.sql, displays)
+            cursor.executemany(*displays)
         if commit:
             conn.commit()
         return write.result(generation)
@@ -476,9 +486,9 @@ def psycopg_write(
             else None
         )
         if originals:
-            conn.execute(s.insert_original.sql, originals)
+            conn.execute(*originals)
         if displays:
-            conn.execute(s.insert_display.sql, displays)
+            conn.execute(*displays)
     # leaving the pipeline sent its one Sync and took in every result (one round trip)
     reads = _reads(
         bump.fetchone(),
@@ -520,9 +530,9 @@ def _psycopg_reads_first(
             write.next_page(more.fetchall())
         write.answered()
         if originals:
-            conn.execute(s.insert_original.sql, originals)
+            conn.execute(*originals)
         if displays:
-            conn.execute(s.insert_display.sql, displays)
+            conn.execute(*displays)
         pipe.sync()
     return write.result(reads.generation)
 
@@ -554,9 +564,9 @@ async def apsycopg_write(
             else None
         )
         if originals:
-            await conn.execute(s.insert_original.sql, originals)
+            await conn.execute(*originals)
         if displays:
-            await conn.execute(s.insert_display.sql, displays)
+            await conn.execute(*displays)
     reads = _reads(
         await bump.fetchone(),
         await newest.fetchone(),
@@ -600,9 +610,9 @@ async def _apsycopg_reads_first(
             write.next_page(await more.fetchall())
         write.answered()
         if originals:
-            await conn.execute(s.insert_original.sql, originals)
+            await conn.execute(*originals)
         if displays:
-            await conn.execute(s.insert_display.sql, displays)
+            await conn.execute(*displays)
         await pipe.sync()
     return write.result(reads.generation)
 

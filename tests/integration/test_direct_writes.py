@@ -30,7 +30,7 @@ from memstore import (
 from memstore.aio import AsyncMemoryStore
 from memstore.core.crypto import PLAIN
 from memstore.core.display import DisplayDraft
-from memstore.core.plans import plan_write
+from memstore.core.plans import WritePlan, plan_write
 from memstore.core.rows import TOOL_REQUEST, original_row
 from memstore.errors import CompactionConflictError, WorkerLeaseLostError
 from memstore.sql import generation
@@ -178,6 +178,32 @@ def test_the_direct_write_stores_what_the_sqlalchemy_path_stores(engine: Engine)
     for table in (original, display):
         assert stored(engine, table, direct_app) == stored(engine, table, generic_app)
         assert stored(engine, table, direct_app)  # not two empty lists
+
+
+@pytest.mark.parametrize("engine", DATABASES, indirect=True)
+def test_rows_that_differ_in_a_shared_column_are_stored_as_given(engine: Engine) -> None:
+    """The store's own writes share one app, user and instant (PostgreSQL sends those columns
+    once); a plan whose rows differ in them is stored row by row as given, as the
+    SQLAlchemy path stores it."""
+    direct_app, generic_app = app(), app()
+    early = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    late = datetime(2026, 6, 7, 8, 9, 10, tzinfo=timezone.utc)
+    direct_history, generic_history = SqlHistory(engine, PLAIN), SqlHistory(engine, PLAIN)
+    generic(generic_history)
+    issue = fresh_ids()
+    for history, app_id in ((direct_history, direct_app), (generic_history, generic_app)):
+        rows = [
+            original_row(0, app_id, "u-1", UserMessage(text="first"), early),
+            original_row(0, app_id, "u-2", AiMessage(text="second"), late),
+        ]
+        plan = WritePlan(
+            original_rows=rows, display_rows=[], unresolved_call_ids=set(), cache_entries=[]
+        )
+        history.insert(app_id, plan, issue)
+    direct_rows = stored(engine, original, direct_app)
+    assert direct_rows == stored(engine, original, generic_app)
+    assert [row["user_id"] for row in direct_rows] == ["u-1", "u-2"]
+    assert direct_rows[0]["created_at"] != direct_rows[1]["created_at"]
 
 
 @pytest.mark.parametrize("engine", DIRECT, indirect=True)

@@ -50,6 +50,7 @@ from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
 from memstore.sql.repository import (
     NEWEST_IDS,
+    ONE_ROW,
     REQUEST_SCAN_PAGE,
     SUMMARY_TYPE,
     ChainCheck,
@@ -102,7 +103,7 @@ def _latest_summary() -> sa.Select[Any]:
             original.c.is_deleted == sa.false(),
         )
         .order_by(original.c.message_type.desc(), original.c.id.desc())
-        .limit(1)
+        .limit(ONE_ROW)
     )
 
 
@@ -127,7 +128,7 @@ def _newest_id(table: sa.Table) -> Any:
         sa.select(table.c.id)
         .where(in_app(table, _APP))
         .order_by(*newest_first(table))
-        .limit(1)
+        .limit(ONE_ROW)
         .scalar_subquery()
     )
 

@@ -70,6 +70,11 @@ class ChainCheck:
             )
 
 
+ONE_ROW = sa.literal_column("1", sa.Integer())
+"""``LIMIT 1`` written into the SQL: PostgreSQL costs a prepared statement's generic plan with
+a bound ``LIMIT`` as if it read a tenth of the rows, so it planned such statements anew on
+every call instead of reusing their plan."""
+
 SUMMARY_TYPE = sa.literal_column(f"'{SUMMARY}'", sa.String())
 """The summary rows' ``message_type`` written into the SQL, not bound: PostgreSQL's plan of a
 window read comparing ``message_type`` with a parameter ran ~100 µs slower (half the read),
@@ -120,11 +125,13 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     return query
 
 
-@functools.cache
-def window_statement(before: bool, after: bool, summary: bool) -> Any:
+@functools.lru_cache(maxsize=256)
+def window_statement(before: bool, after: bool, summary: bool, limit: int | None = None) -> Any:
     """The loader's read of one shape, built once with bound parameters (building the
     ``UNION ALL`` of two subqueries per call costs more than running it): rows of
-    ``(id, payload, message_type)``, the type telling summary rows apart undecoded."""
+    ``(id, payload, message_type)``, the type telling summary rows apart undecoded.
+    ``limit``: the row limit written into the SQL (else bound as ``w_limit``); see
+    :func:`memstore.sql.fastread.window_read`."""
     app = sa.bindparam("w_app", type_=original.c.app_id.type)
     query = (
         sa.select(original.c.id, original.c.payload, original.c.message_type)
@@ -134,7 +141,11 @@ def window_statement(before: bool, after: bool, summary: bool) -> Any:
             original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
-        .limit(sa.bindparam("w_limit", type_=sa.Integer()))
+        .limit(
+            sa.bindparam("w_limit", type_=sa.Integer())
+            if limit is None
+            else sa.literal_column(str(int(limit)), sa.Integer())
+        )
     )
     if before:
         query = query.where(original.c.id < sa.bindparam("w_before", type_=sa.BigInteger()))
@@ -193,7 +204,7 @@ def latest_summary_query(
             original.c.is_deleted == sa.false(),
         )
         .order_by(original.c.message_type.desc(), original.c.id.desc())
-        .limit(1)
+        .limit(ONE_ROW)
     )
 
 
@@ -238,7 +249,7 @@ def newest_id_query(app_id: str | sa.BindParameter[str]) -> sa.Select[Any]:
             sa.select(table.c.id)
             .where(in_app(table, app_id))
             .order_by(*newest_first(table))
-            .limit(1)
+            .limit(ONE_ROW)
             .scalar_subquery()
         )
 

@@ -335,3 +335,22 @@ def test_a_sqlite_summary_read_is_two_statements_in_one_read_transaction(tmp_pat
         assert "LIMIT 28 " in reads[0] + " "
     finally:
         store.close()
+
+
+def test_postgresql_reads_carry_their_limits_in_the_sql() -> None:
+    """PostgreSQL costs a prepared statement's generic plan with a bound ``LIMIT`` as if it
+    read a tenth of the rows and so planned the window read anew on every call; the limits
+    (and the summary type) are written into the SQL there, bound elsewhere."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from memstore.sql.fastread import window_read
+
+    pg = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+    ((sql, args),) = window_read(pg, "app", RowRequest(82, summary=True))
+    assert "LIMIT 82)" in sql and "LIMIT 1)" in sql and "'summary'" in sql
+    assert args == {"w_app": "app"}
+    ((other, _),) = window_read(pg, "app", RowRequest(1024, before_id=5))
+    assert "LIMIT 1024" in other
+    lite = sqlite.pysqlite.dialect()  # type: ignore[attr-defined]
+    first, _summary = window_read(lite, "app", RowRequest(58, summary=True), split_summary=True)
+    assert "LIMIT ?" in first[0] and 58 in first[1]

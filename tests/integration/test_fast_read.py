@@ -345,12 +345,12 @@ def test_postgresql_reads_carry_their_limits_in_the_sql() -> None:
 
     from memstore.sql.fastread import window_read
 
-    pg = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+    pg = postgresql.psycopg.dialect()
     ((sql, args),) = window_read(pg, "app", RowRequest(82, summary=True))
     assert "LIMIT 82)" in sql and "LIMIT 1)" in sql and "'summary'" in sql
     assert args == {"w_app": "app"}
     ((other, _),) = window_read(pg, "app", RowRequest(1024, before_id=5))
     assert "LIMIT 1024" in other
-    lite = sqlite.pysqlite.dialect()  # type: ignore[attr-defined]
+    lite = sqlite.pysqlite.dialect()
     first, _summary = window_read(lite, "app", RowRequest(58, summary=True), split_summary=True)
     assert "LIMIT ?" in first[0] and 58 in first[1]

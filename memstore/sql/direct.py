@@ -45,7 +45,6 @@ from sqlalchemy.util import await_only, greenlet_spawn
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
-from memstore.core.rows import TOOL_REQUEST
 from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
 from memstore.sql.repository import (
@@ -53,10 +52,12 @@ from memstore.sql.repository import (
     ONE_ROW,
     REQUEST_SCAN_PAGE,
     SUMMARY_TYPE,
+    TOOL_REQUEST_TYPE,
     ChainCheck,
     in_app,
     newest_first,
     requested_ids_in,
+    written_in,
 )
 from memstore.sql.schema import app_generation, display, original
 
@@ -112,11 +113,11 @@ def _request_page(before: bool) -> sa.Select[Any]:
         sa.select(original.c.id, original.c.payload)
         .where(
             in_app(original, _APP),
-            original.c.message_type == TOOL_REQUEST,
+            original.c.message_type == TOOL_REQUEST_TYPE,
             original.c.is_deleted == sa.false(),
         )
         .order_by(*newest_first(original))
-        .limit(REQUEST_SCAN_PAGE)
+        .limit(written_in(REQUEST_SCAN_PAGE))
     )
     if before:
         query = query.where(original.c.id < sa.bindparam("d_before", type_=sa.BigInteger()))

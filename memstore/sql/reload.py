@@ -31,9 +31,11 @@ UNION_APPS = 25
 """Apps per ``UNION ALL`` statement (databases without ``LATERAL``)."""
 
 
-@functools.cache
-def _lateral_statement(summary: bool) -> Any:
-    """PostgreSQL: the first read of every app of the array ``:r_apps`` in one statement."""
+@functools.lru_cache(maxsize=32)
+def _lateral_statement(summary: bool, limit: int) -> Any:
+    """PostgreSQL: the first read of every app of the array ``:r_apps`` in one statement
+    (``limit`` rows each, written into the SQL: see
+    :func:`memstore.sql.fastread.window_read`)."""
     table, c = original.name, original.c
     rows = (
         f"SELECT a.app_id, r.id, r.payload, r.message_type "
@@ -42,7 +44,7 @@ def _lateral_statement(summary: bool) -> Any:
         f"o.{c.message_type.name} AS message_type "
         f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
         f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> {_SUMMARY} "
-        f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT :r_limit) r"
+        f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT {int(limit)}) r"
     )
     if summary:
         rows += (
@@ -95,9 +97,10 @@ def first_reads(
     if not apps:
         return {}
     reads: list[tuple[Any, dict[str, Any]]] = []
+    params: dict[str, Any]
     if engine.dialect.name == "postgresql":
-        params = {"r_apps": list(apps), "r_limit": request.limit}
-        reads.append((_lateral_statement(request.summary), params))
+        params = {"r_apps": list(apps)}
+        reads.append((_lateral_statement(request.summary, request.limit), params))
     else:
         for start in range(0, len(apps), UNION_APPS):
             part = apps[start : start + UNION_APPS]

@@ -70,15 +70,27 @@ class ChainCheck:
             )
 
 
-ONE_ROW = sa.literal_column("1", sa.Integer())
-"""``LIMIT 1`` written into the SQL: PostgreSQL costs a prepared statement's generic plan with
-a bound ``LIMIT`` as if it read a tenth of the rows, so it planned such statements anew on
-every call instead of reusing their plan."""
+def written_in(value: str | int) -> sa.ColumnElement[Any]:
+    """A constant of memstore's own (a ``message_type``, a row limit) written into the SQL,
+    not bound. PostgreSQL plans a prepared statement once for every value (a generic plan)
+    only when that plan costs about what a plan for the actual values does; compared with a
+    bound ``message_type`` or limited by a bound ``LIMIT`` (costed as a tenth of the rows),
+    the window read planned anew on every call, ~80-100 µs of a read."""
+    if isinstance(value, int):
+        return sa.literal_column(str(int(value)), sa.Integer())
+    if not value.replace("_", "").isalnum():
+        raise ValueError("only memstore's own identifiers are written into SQL")
+    return sa.literal_column(f"'{value}'", sa.String())
 
-SUMMARY_TYPE = sa.literal_column(f"'{SUMMARY}'", sa.String())
-"""The summary rows' ``message_type`` written into the SQL, not bound: PostgreSQL's plan of a
-window read comparing ``message_type`` with a parameter ran ~100 µs slower (half the read),
-the same statement with the constant as fast as the read without the summary lookup."""
+
+ONE_ROW = written_in(1)
+"""``LIMIT 1``, written into the SQL (see :func:`written_in`)."""
+
+SUMMARY_TYPE = written_in(SUMMARY)
+"""The summary rows' ``message_type``, written into the SQL (see :func:`written_in`)."""
+
+TOOL_REQUEST_TYPE = written_in(TOOL_REQUEST)
+"""The tool-request rows' ``message_type``, written into the SQL (see :func:`written_in`)."""
 
 
 def in_app(table: sa.Table, app_id: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
@@ -141,11 +153,7 @@ def window_statement(before: bool, after: bool, summary: bool, limit: int | None
             original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
-        .limit(
-            sa.bindparam("w_limit", type_=sa.Integer())
-            if limit is None
-            else sa.literal_column(str(int(limit)), sa.Integer())
-        )
+        .limit(sa.bindparam("w_limit", type_=sa.Integer()) if limit is None else written_in(limit))
     )
     if before:
         query = query.where(original.c.id < sa.bindparam("w_before", type_=sa.BigInteger()))
@@ -266,11 +274,11 @@ def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
         sa.select(original.c.id, original.c.payload)
         .where(
             in_app(original, app_id),
-            original.c.message_type == TOOL_REQUEST,
+            original.c.message_type == TOOL_REQUEST_TYPE,
             original.c.is_deleted == sa.false(),
         )
         .order_by(*newest_first(original))
-        .limit(REQUEST_SCAN_PAGE)
+        .limit(written_in(REQUEST_SCAN_PAGE))
     )
     if before_id is not None:
         query = query.where(original.c.id < before_id)

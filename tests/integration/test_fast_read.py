@@ -354,3 +354,13 @@ def test_postgresql_reads_carry_their_limits_in_the_sql() -> None:
     lite = sqlite.pysqlite.dialect()
     first, _summary = window_read(lite, "app", RowRequest(58, summary=True), split_summary=True)
     assert "LIMIT ?" in first[0] and 58 in first[1]
+
+
+def test_only_memstores_own_identifiers_are_written_into_sql() -> None:
+    from memstore.sql.repository import written_in
+
+    assert str(written_in("toolExecutionRequest")) == "'toolExecutionRequest'"
+    assert str(written_in(82)) == "82"
+    for hostile in ("a'b", "x; DROP TABLE t", ""):
+        with pytest.raises(ValueError):
+            written_in(hostile)

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -605,7 +604,7 @@ class StoreBase:
         nothing."""
         if self.settings.window_max_tokens is None:
             return list(entries)
-        return [replace(entry, tokens=self._count(entry.message)) for entry in entries]
+        return [entry._replace(tokens=self._count(entry.message)) for entry in entries]
 
     def _entries(
         self, messages: Sequence[Message], reads: Iterable[Rows] = ()

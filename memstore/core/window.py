@@ -314,16 +314,18 @@ KIND_SUMMARY = "M"
 """A summary opening the window: never evicted, counts toward both bounds."""
 
 
-@dataclass(frozen=True, slots=True)
-class WindowEntry:
-    """One message of a cached window with what eviction and appends need to know of it."""
+class WindowEntry(NamedTuple):
+    """One message of a cached window with what eviction and appends need to know of it.
+
+    A named tuple (immutable; built per message of every window a cache stores, in a third
+    of a frozen dataclass's time)."""
 
     kind: str
     call_ids: tuple[str, ...]
     message: Message
     tokens: int = 0
     """The message's token count (0 when the cache has no token budget)."""
-    body: str | None = field(default=None, compare=False)
+    body: str | None = None
     """The message's JSON when it is at hand (the payload of the row it was read from, which
     decodes to it), so storing the entry need not encode it again."""
 

@@ -332,8 +332,6 @@ class WindowEntry(NamedTuple):
 
 def entry_for(message: Message, tokens: int = 0, body: str | None = None) -> WindowEntry:
     """Classify ``message`` for a cached window."""
-    if is_summary(message):
-        return WindowEntry(KIND_SUMMARY, (), message, tokens, body)
     if isinstance(message, ToolResult):
         return WindowEntry(KIND_RESULT, (message.id,), message, tokens, body)
     if isinstance(message, AiMessage):
@@ -341,6 +339,8 @@ def entry_for(message: Message, tokens: int = 0, body: str | None = None) -> Win
             ids = tuple(c.id for c in message.tool_requests)
             return WindowEntry(KIND_REQUEST, ids, message, tokens, body)
         return WindowEntry(KIND_AI, (), message, tokens, body)
+    if is_summary(message):  # a system or user message
+        return WindowEntry(KIND_SUMMARY, (), message, tokens, body)
     if isinstance(message, SystemMessage):
         return WindowEntry(KIND_SYSTEM, (), message, tokens, body)
     return WindowEntry(KIND_USER, (), message, tokens, body)

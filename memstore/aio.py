@@ -188,6 +188,7 @@ class AsyncMemoryStore(StoreBase):
         self._stale_alock: asyncio.Lock | None = None
         self._track_skips(self.cache)
         self._guarded = bool(getattr(self.cache, "guards_generations", False))
+        self._encodes_entries = isinstance(self.cache, AsyncRedisWindowCache)
 
     def _default_cache(self) -> AsyncWindowCache:
         policy = WindowPolicy.from_settings(self.settings)
@@ -521,9 +522,9 @@ class AsyncMemoryStore(StoreBase):
         window = self._built(await _run_steps(steps, self._sql, app_id, reads))
         budgeted = self._rebuilt_part(window)
         kept = window.messages if budgeted is None else budgeted.messages
-        # an external cache stores the rows' payloads as the entries' JSON; the in-process
-        # one keeps the messages themselves (carrying the payloads too would double it)
-        entries = self._entries(kept, reads if self._local is None else ())
+        # Redis stores the rows' payloads as the entries' JSON; an in-process cache keeps the
+        # messages themselves (carrying the payloads too would double it)
+        entries = self._entries(kept, reads if self._encodes_entries else ())
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

@@ -172,6 +172,7 @@ class MemoryStore(StoreBase):
             and not self._private_database(str(self.engine.url), self._owns_engine)
             else None
         )
+        self._encodes_entries = isinstance(self.cache, RedisWindowCache)
         self._stale_lock = threading.Lock()
         self._track_skips(self.cache)
         self._guarded = bool(getattr(self.cache, "guards_generations", False))
@@ -658,9 +659,9 @@ class MemoryStore(StoreBase):
         window = self._window(app_id, limit, self.settings.window_start_at_user, reads=reads)
         budgeted = self._rebuilt_part(window)
         kept = window.messages if budgeted is None else budgeted.messages
-        # an external cache stores the rows' payloads as the entries' JSON; the in-process
-        # one keeps the messages themselves (carrying the payloads too would double it)
-        entries = self._entries(kept, reads if self._local is None else ())
+        # Redis stores the rows' payloads as the entries' JSON; an in-process cache keeps the
+        # messages themselves (carrying the payloads too would double it)
+        entries = self._entries(kept, reads if self._encodes_entries else ())
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

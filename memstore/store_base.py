@@ -135,6 +135,9 @@ class StoreBase:
         self._stale_polls = PollSchedule(self.settings.stale_window_max_seconds)
         self._stale_tracking = False
         self._guarded = False  # the cache checks appends against SQL generations (Redis)
+        self._encodes_entries = False
+        """Whether the cache stores entries as JSON (Redis): window entries then carry their
+        rows' payloads, so each message is encoded once (set by the stores)."""
         """True when the cache reports skipped updates and the bound is on: writers stamp
         apps whose window missed a change, readers drop stamped windows before serving."""
 
@@ -530,6 +533,7 @@ class StoreBase:
             now=datetime.now(timezone.utc),
             max_text_bytes=self.settings.max_text_bytes,
             max_metadata_bytes=self.settings.max_metadata_bytes,
+            entry_bodies=self._encodes_entries,  # an in-process cache keeps messages only
         )
 
     def _bounds(

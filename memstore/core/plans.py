@@ -76,10 +76,12 @@ def plan_write(
     max_text_bytes: int,
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     summary: bool = False,
+    entry_bodies: bool = False,
 ) -> WritePlan:
     """Check ``batch`` against the limits and lay out its rows (ids come later). Only a
     compaction's plan (``summary=True``) may hold a message with the reserved
-    ``memstore_summary`` metadata key."""
+    ``memstore_summary`` metadata key. With ``entry_bodies`` the cache entries carry their
+    rows' payload JSON (for a cache that encodes entries: the message is encoded once)."""
     check_messages(batch, max_text_bytes)
     check_metadata(batch, max_metadata_bytes)
     if not summary:
@@ -89,11 +91,15 @@ def plan_write(
                     f"message {position} ({message.type}): the metadata key "
                     f"{SUMMARY_MARK!r} is reserved for summaries memstore writes"
                 )
+    originals = [original_row(0, app_id, user_id, message, now) for message in batch]
     return WritePlan(
-        original_rows=[original_row(0, app_id, user_id, message, now) for message in batch],
+        original_rows=originals,
         display_rows=[display_row(0, app_id, user_id, draft, now) for draft in drafts],
         unresolved_call_ids=unanswered_in_batch(batch),
-        cache_entries=[entry_for(message) for message in batch],
+        cache_entries=[
+            entry_for(message, 0, row["payload"] if entry_bodies else None)
+            for message, row in zip(batch, originals, strict=True)
+        ],
     )
 
 

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from memstore import MemoryStore, Settings, operations
+from memstore.cache import base as cache_base
 from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import NoWindowCache
@@ -249,3 +250,53 @@ def test_the_in_process_cache_keeps_messages_not_payloads(tmp_path: Any) -> None
         assert len(entries) == 2 and all(entry.body is None for entry in entries)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("url", ["file", "memory"])
+def test_appends_keep_messages_in_process_and_payloads_in_redis(
+    tmp_path: Any, url: str, client: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append hands Redis each message's payload as its entry JSON (encoded once, the
+    same bytes as the SQL row); the in-process cache (also over a private in-memory
+    database) keeps the messages alone."""
+    database_url = f"sqlite:///{tmp_path / 'a.db'}" if url == "file" else "sqlite://"
+    app = f"ap-{uuid.uuid4().hex[:10]}"
+    local = MemoryStore(Settings(database_url=database_url))
+    local.migrate()
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'r.db'}")
+    remote = MemoryStore(
+        settings, cache=RedisWindowCache(client, WindowPolicy.from_settings(settings))
+    )
+    remote.migrate()
+    turn: list[Message] = [UserMessage(text="hi", metadata={"k": 1}), AiMessage(text="hello")]
+    try:
+        for store in (local, remote):
+            store.append(app, [UserMessage(text="first")])
+            assert store.memory(app).messages()  # the window is cached
+            with monkeypatch.context() as patched:
+                # the cache never encodes an appended message: its entry carries the payload
+                patched.setattr(cache_base, "encode_message", _no_second_encoding)
+                store.append(app, turn)
+            assert store.memory(app).messages() == store.load_window(app)
+        slots: Any = local.cache
+        assert all(entry.body is None for entry in slots._slots[app].entries)
+        with remote.engine.connect() as conn:
+            payloads = (
+                conn.execute(
+                    sa.select(original.c.payload)
+                    .where(original.c.app_id == app)
+                    .order_by(original.c.id)
+                )
+                .scalars()
+                .all()
+            )
+        raw = client.lrange(keys.window_key(app), 0, -1)
+        assert [item[item.index(b"\x1e") + 1 :] for item in raw] == [p.encode() for p in payloads]
+    finally:
+        client.delete(*keys.app_keys(app))
+        local.close()
+        remote.close()
+
+
+def _no_second_encoding(message: Message) -> bytes:
+    raise AssertionError("a message was encoded again for the cache")

@@ -74,19 +74,23 @@ def histories(run: str) -> dict[str, list[Message]]:
     }
 
 
+def redis_store(engine: Engine, client: object, **settings: Any) -> MemoryStore:
+    """A store on ``engine`` whose windows live in ``client`` (fakeredis or the real Redis)."""
+    chosen = Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        worker_id=SESSION_WORKER_ID,
+        **settings,
+    )
+    cache = RedisWindowCache(client, WindowPolicy.from_settings(chosen))
+    return MemoryStore(chosen, engine=engine, cache=cache)
+
+
 def test_a_batch_reload_stores_what_one_by_one_reloads_store(
     engine: Engine, client: fakeredis.FakeRedis
 ) -> None:
     run = f"rl-{uuid.uuid4().hex[:10]}"
-    settings = Settings(
-        database_url=engine.url.render_as_string(hide_password=False),
-        worker_id=SESSION_WORKER_ID,
-        window_size=WINDOW,
-        reload_max=WINDOW,
-    )
-    policy = WindowPolicy.from_settings(settings)
     apps = histories(run)
-    store = MemoryStore(settings, engine=engine, cache=RedisWindowCache(client, policy))
+    store = redis_store(engine, client, window_size=WINDOW, reload_max=WINDOW)
     try:
         for app, messages in apps.items():
             if messages:
@@ -166,15 +170,7 @@ def test_a_rebuilt_window_carries_the_rows_payloads_as_they_are_stored(
     wrote them); the interrupted answer it adds is encoded."""
     run = f"rb-{uuid.uuid4().hex[:10]}"
     app = f"{run}-a"
-    settings = Settings(
-        database_url=engine.url.render_as_string(hide_password=False),
-        worker_id=SESSION_WORKER_ID,
-    )
-    store = MemoryStore(
-        settings,
-        engine=engine,
-        cache=RedisWindowCache(client, WindowPolicy.from_settings(settings)),
-    )
+    store = redis_store(engine, client)
     call = ToolRequest(id=f"{run}-c", name="t", arguments="{}")
     messages: list[Message] = [UserMessage(text="hi"), AiMessage(tool_requests=[call])]
     try:
@@ -210,14 +206,7 @@ def test_reload_apps_overlaps_batches_and_reports_in_order(
     is the one a single reload stores and the reports come in the apps' order."""
     monkeypatch.setattr(operations, "RELOAD_BATCH", 3)
     run = f"ra-{uuid.uuid4().hex[:10]}"
-    settings = Settings(
-        database_url=engine.url.render_as_string(hide_password=False),
-        worker_id=SESSION_WORKER_ID,
-        window_size=WINDOW,
-        reload_max=WINDOW,
-    )
-    cache = RedisWindowCache(client, WindowPolicy.from_settings(settings))
-    store = MemoryStore(settings, engine=engine, cache=cache)
+    store = redis_store(engine, client, window_size=WINDOW, reload_max=WINDOW)
     histories_by_app = {
         f"{run}-{n}": [UserMessage(text=f"m{n}-{i}") for i in range(n % 4)] for n in range(8)
     }

@@ -21,18 +21,10 @@ from memstore.messages import (
     ToolResult,
     UserMessage,
 )
+from tests.unit.test_formats import json_values
 from tests.unit.test_window_properties import PROPERTY
 
 texts = st.text(max_size=20)
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
 metadata = st.dictionaries(texts, json_values, max_size=3)
 # call ids as the store accepts them (no control characters: cache entry headers hold them)
 ids = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=8)

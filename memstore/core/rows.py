@@ -13,13 +13,7 @@ from memstore.core.display import DisplayDraft
 from memstore.core.summary import is_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import StorageError
-from memstore.messages import (
-    MESSAGE_ADAPTER,
-    STORED,
-    AiMessage,
-    Message,
-    ToolResult,
-)
+from memstore.messages import MESSAGE_ADAPTER, STORED, AiMessage, Message, ToolResult
 
 USER = "user"
 AI = "ai"

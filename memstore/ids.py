@@ -97,6 +97,8 @@ class SnowflakeGenerator:
     def next_ids(self, count: int, above: int | None = None) -> list[int]:
         """Return ``count`` strictly increasing ids, reserved under one lock acquisition, all
         greater than ``above`` when it is given (an app's newest stored id)."""
+        if count <= 0:
+            return []  # no clock read: asking for no ids never waits or raises
         floor = -1 if above is None else above
         ids: list[int] = []
         with self._lock:

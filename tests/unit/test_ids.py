@@ -397,3 +397,12 @@ def test_shared_generator_is_the_same_object_across_threads() -> None:
         thread.join(timeout=30)
     assert len(seen) == 8
     assert all(generator is seen[0] for generator in seen)
+
+
+def test_asking_for_no_ids_reads_no_clock() -> None:
+    """A lease check asks for no ids: it must not wait on, or fail for, the clock."""
+
+    def clock() -> int:
+        raise AssertionError("the clock was read")
+
+    assert SnowflakeGenerator(7, clock=clock).next_ids(0, above=5) == []

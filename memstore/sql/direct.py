@@ -51,10 +51,10 @@ from memstore.sql.repository import (
     NEWEST_IDS,
     ONE_ROW,
     REQUEST_SCAN_PAGE,
-    SUMMARY_TYPE,
     TOOL_REQUEST_TYPE,
     ChainCheck,
     in_app,
+    latest_summary_query,
     newest_first,
     requested_ids_in,
     written_in,
@@ -93,19 +93,6 @@ def _compiled(statement: Any, dialect: Dialect, placeholders: dict[str, Any]) ->
 
 
 _APP = sa.bindparam("d_app", type_=original.c.app_id.type)
-
-
-def _latest_summary() -> sa.Select[Any]:
-    return (
-        sa.select(original.c.id)
-        .where(
-            original.c.app_id == _APP,
-            original.c.message_type == SUMMARY_TYPE,
-            original.c.is_deleted == sa.false(),
-        )
-        .order_by(original.c.message_type.desc(), original.c.id.desc())
-        .limit(ONE_ROW)
-    )
 
 
 def _request_page(before: bool) -> sa.Select[Any]:
@@ -241,7 +228,7 @@ class DirectStatements:
                 {"gen_app": "", "d_app": ""},
             )
         self.newest = _compiled(NEWEST_IDS, dialect, {"app_id": ""})
-        self.summary = _compiled(_latest_summary(), dialect, {"d_app": ""})
+        self.summary = _compiled(latest_summary_query(_APP), dialect, {"d_app": ""})
         self.requests = _compiled(_request_page(False), dialect, {"d_app": ""})
         self.requests_before = _compiled(_request_page(True), dialect, {"d_app": "", "d_before": 0})
         self.insert_original = _Insert(original, dialect)

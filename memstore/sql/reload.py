@@ -20,12 +20,16 @@ from sqlalchemy.engine import Engine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.loader import RowRequest
-from memstore.core.rows import SUMMARY, FetchedRows
+from memstore.core.rows import FetchedRows
 from memstore.sql.engine import read_options, read_retrying, translated_errors
-from memstore.sql.repository import SUMMARY_TYPE, in_app, latest_summary_query, newest_first
+from memstore.sql.repository import (
+    SUMMARY_TYPE,
+    in_app,
+    latest_summary_query,
+    newest_first,
+    written_in,
+)
 from memstore.sql.schema import app_generation, original
-
-_SUMMARY = f"'{SUMMARY}'"  # a constant in the SQL (see SUMMARY_TYPE)
 
 UNION_APPS = 25
 """Apps per ``UNION ALL`` statement (databases without ``LATERAL``)."""
@@ -43,8 +47,8 @@ def _lateral_statement(summary: bool, limit: int) -> Any:
         f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
         f"o.{c.message_type.name} AS message_type "
         f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
-        f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> {_SUMMARY} "
-        f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT {int(limit)}) r"
+        f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> {SUMMARY_TYPE} "
+        f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT {written_in(limit)}) r"
     )
     if summary:
         rows += (
@@ -53,7 +57,7 @@ def _lateral_statement(summary: bool, limit: int) -> Any:
             f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
             f"o.{c.message_type.name} AS message_type "
             f"FROM {table} o WHERE o.{c.app_id.name} = a.app_id "
-            f"AND o.{c.message_type.name} = {_SUMMARY} AND o.{c.is_deleted.name} = false "
+            f"AND o.{c.message_type.name} = {SUMMARY_TYPE} AND o.{c.is_deleted.name} = false "
             f"ORDER BY o.{c.message_type.name} DESC, o.{c.id.name} DESC LIMIT 1) s"
         )
     return sa.text(rows)

@@ -137,6 +137,11 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     return query
 
 
+_WINDOW_APP = sa.bindparam("w_app", type_=original.c.app_id.type)
+_WINDOW_COLUMNS = [original.c.id, original.c.payload, original.c.message_type]
+"""A window read's rows: the type tells summary rows apart without decoding them."""
+
+
 @functools.lru_cache(maxsize=256)
 def window_statement(before: bool, after: bool, summary: bool, limit: int | None = None) -> Any:
     """The loader's read of one shape, built once with bound parameters (building the
@@ -144,11 +149,10 @@ def window_statement(before: bool, after: bool, summary: bool, limit: int | None
     ``(id, payload, message_type)``, the type telling summary rows apart undecoded.
     ``limit``: the row limit written into the SQL (else bound as ``w_limit``); see
     :func:`memstore.sql.fastread.window_read`."""
-    app = sa.bindparam("w_app", type_=original.c.app_id.type)
     query = (
-        sa.select(original.c.id, original.c.payload, original.c.message_type)
+        sa.select(*_WINDOW_COLUMNS)
         .where(
-            in_app(original, app),
+            in_app(original, _WINDOW_APP),
             original.c.is_deleted == sa.false(),
             original.c.message_type != SUMMARY_TYPE,
         )
@@ -161,23 +165,15 @@ def window_statement(before: bool, after: bool, summary: bool, limit: int | None
         query = query.where(original.c.id > sa.bindparam("w_after", type_=sa.BigInteger()))
     if not summary:
         return query
-    newest_summary = latest_summary_query(
-        app, columns=[original.c.id, original.c.payload, original.c.message_type]
-    ).subquery()
+    newest_summary = summary_statement().subquery()
     rows = query.subquery()
-    return sa.union_all(
-        sa.select(rows.c.id, rows.c.payload, rows.c.message_type),
-        sa.select(newest_summary.c.id, newest_summary.c.payload, newest_summary.c.message_type),
-    )
+    return sa.union_all(sa.select(*rows.c), sa.select(*newest_summary.c))
 
 
 def summary_statement() -> Any:
     """The newest summary row of the app bound as ``w_app``, as ``(id, payload,
     message_type)`` (the second statement of a split window read)."""
-    app = sa.bindparam("w_app", type_=original.c.app_id.type)
-    return latest_summary_query(
-        app, columns=[original.c.id, original.c.payload, original.c.message_type]
-    )
+    return latest_summary_query(_WINDOW_APP, columns=_WINDOW_COLUMNS)
 
 
 def window_rows_statement(app_id: str, request: RowRequest) -> tuple[Any, dict[str, Any]]:

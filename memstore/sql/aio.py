@@ -135,6 +135,16 @@ async def aread_retrying(
         return await work(conn)
 
 
+async def adbapi_retrying(work: Callable[[], Awaitable[T]]) -> T:
+    """:func:`memstore.sql.engine.dbapi_retrying` for an async read."""
+    try:
+        return await work()
+    except DBAPIError as error:
+        if not is_dead_connection(error):
+            raise
+    return await work()
+
+
 async def awrite_retrying(
     engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]
 ) -> T:
@@ -174,12 +184,7 @@ class AsyncSqlHistory:
                 reads = window_read(
                     self.engine.dialect, app_id, request, split_summary=self._split_summary
                 )
-                try:
-                    rows = await aread_rows(self.engine, reads)
-                except DBAPIError as error:
-                    if not is_dead_connection(error):
-                        raise
-                    rows = await aread_rows(self.engine, reads)
+                rows = await adbapi_retrying(lambda: aread_rows(self.engine, reads))
             else:
                 statement, params = window_rows_statement(app_id, request)
 

@@ -1,9 +1,11 @@
 """The loader's window read on the pooled DBAPI connection (SQLite, PostgreSQL).
 
-A window read is one statement of four shapes. SQLAlchemy Core spends more executing it (the
-compiled-cache lookup, an execution context, result wrapping) than SQLite spends running it,
-so here each shape is compiled once per dialect into its SQL string and parameter order and
-run on the pooled DBAPI connection, its rows plain tuples. What Core would add is kept:
+A window read is one statement of four shapes (on SQLite, with the newest-summary lookup as a
+second statement in the same read transaction: :func:`window_read`). SQLAlchemy Core spends
+more executing it (the compiled-cache lookup, an execution context, result wrapping) than
+SQLite spends running it, so here each shape is compiled once per dialect into its SQL string
+and parameter order and run on the pooled DBAPI connection, its rows plain tuples. What Core
+would add is kept:
 
 * the engine's pool: checkout (its events: the idle ping), return (the reset on return is
   skipped only when no transaction is open: SQLite outside one, PostgreSQL in autocommit);

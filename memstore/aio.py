@@ -522,9 +522,7 @@ class AsyncMemoryStore(StoreBase):
         window = self._built(await _run_steps(steps, self._sql, app_id, reads))
         budgeted = self._rebuilt_part(window)
         kept = window.messages if budgeted is None else budgeted.messages
-        # Redis stores the rows' payloads as the entries' JSON; an in-process cache keeps the
-        # messages themselves (carrying the payloads too would double it)
-        entries = self._entries(kept, reads if self._encodes_entries else ())
+        entries = self._entries(kept, reads)
         if self._local is not None:
             cached = await self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

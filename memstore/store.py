@@ -659,9 +659,7 @@ class MemoryStore(StoreBase):
         window = self._window(app_id, limit, self.settings.window_start_at_user, reads=reads)
         budgeted = self._rebuilt_part(window)
         kept = window.messages if budgeted is None else budgeted.messages
-        # Redis stores the rows' payloads as the entries' JSON; an in-process cache keeps the
-        # messages themselves (carrying the payloads too would double it)
-        entries = self._entries(kept, reads if self._encodes_entries else ())
+        entries = self._entries(kept, reads)
         if self._local is not None:
             cached = self._local.store(
                 app_id, entries, window.synthetic_call_ids, version, generation

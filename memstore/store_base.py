@@ -135,11 +135,12 @@ class StoreBase:
         self._stale_polls = PollSchedule(self.settings.stale_window_max_seconds)
         self._stale_tracking = False
         self._guarded = False  # the cache checks appends against SQL generations (Redis)
-        self._encodes_entries = False
-        """Whether the cache stores entries as JSON (Redis): window entries then carry their
-        rows' payloads, so each message is encoded once (set by the stores)."""
         """True when the cache reports skipped updates and the bound is on: writers stamp
         apps whose window missed a change, readers drop stamped windows before serving."""
+        self._encodes_entries = False
+        """Whether the cache stores entries as JSON (Redis): window entries then carry their
+        rows' payloads, so each message is encoded once (set by the stores). An in-process
+        cache keeps the messages themselves (the payloads too would double it)."""
 
     def set_summarizer(self, summarize: Summarizer | None) -> None:
         """Register the summarizer automatic compaction uses (``compact_at_tokens``):
@@ -613,10 +614,11 @@ class StoreBase:
     def _entries(
         self, messages: Sequence[Message], reads: Iterable[Rows] = ()
     ) -> list[WindowEntry]:
-        """Cache entries of a rebuilt window (with token counts under a budget); a message
-        read from one of the loader's ``reads`` carries its row's payload as its JSON."""
+        """Cache entries of a rebuilt window (with token counts under a budget); for a cache
+        that encodes entries, a message read by one of the loader's ``reads`` carries its
+        row's payload as its JSON."""
         bodies: dict[int, str] = {}
-        for rows in reads:
+        for rows in reads if self._encodes_entries else ():
             if isinstance(rows, FetchedRows):
                 bodies.update(rows.bodies())
         if self.settings.window_max_tokens is None:

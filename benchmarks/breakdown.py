@@ -51,7 +51,7 @@ from memstore.core.window import StoredMessage, answer_open_group, select_window
 from memstore.messages import parse_message
 from memstore.sql import generation
 from memstore.sql.engine import ENGINE_OPTIONS, make_engine, read_options
-from memstore.sql.fastread import read_rows, window_read
+from memstore.sql.fastread import read_rows, splits_summary, window_read
 from memstore.sql.repository import SqlHistory, rows_to_messages, window_rows_statement
 
 WINDOW = 50
@@ -107,7 +107,9 @@ def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: in
         core_rows = conn.execute(statement, params).all()
     fetched = FetchedRows.from_rows(core_rows, cipher, app)
     newest = fetched.tail(WINDOW)
-    sql, args = window_read(store.engine.dialect, app, request)
+    reads = window_read(
+        store.engine.dialect, app, request, split_summary=splits_summary(store.engine)
+    )
     options = read_options(core_engine)
 
     def core_fetch_all_decoded(request: RowRequest) -> list[StoredMessage]:
@@ -140,12 +142,16 @@ def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: in
 
     payloads = fetched.payloads
     ids = fetched.ids
+    unmemoized = MemoryStore(Settings(database_url=url, decoded_rows_cache_mb=0))
     calls: dict[str, Callable[[], object]] = {
         "load_window(app, 50), now": lambda: store.load_window(app, WINDOW),
+        "load_window, no decoded-row memo (every row decoded per read)": lambda: (
+            unmemoized.load_window(app, WINDOW)
+        ),
         "load_window, before (Core read, every row decoded)": before,
         f"raw driver, {limit} rows": raw_read,
         f"DBAPI read of {limit} rows + summary (pool, SQL), now": lambda: read_rows(
-            store.engine, sql, args
+            store.engine, reads
         ),
         f"Core read of {limit} rows + summary (pool, SQL), before": lambda: (
             core_history.fetch(app, request).ids
@@ -164,6 +170,7 @@ def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: in
         zip(calls, time_interleaved(list(calls.values()), warmup=20, rounds=rounds), strict=True)
     )
     core_engine.dispose()
+    unmemoized.close()
     if name != "sqlite":
         praw.close()
     else:

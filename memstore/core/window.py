@@ -97,60 +97,93 @@ def is_synthetic(message: Message) -> bool:
     return isinstance(message, ToolResult) and SYNTHETIC_MARK in message.metadata
 
 
-@dataclass(slots=True)
 class _Group:
-    request: AiMessage
-    results: dict[str, ToolResult] = field(default_factory=dict)
-    request_id: int = 0
-    result_ids: dict[str, int] = field(default_factory=dict)
+    """A request and the results bound to it so far (call id -> result and its row id)."""
+
+    __slots__ = ("call_ids", "request", "request_id", "results")
+
+    def __init__(self, request: AiMessage, request_id: int, call_ids: tuple[str, ...]) -> None:
+        self.request = request
+        self.request_id = request_id
+        self.call_ids = call_ids
+        self.results: dict[str, tuple[ToolResult, int]] = {}
 
     def messages(self, synthetic: list[str], ids: list[int] | None = None) -> list[Message]:
         out: list[Message] = [self.request]
-        out.extend(self.results.values())
-        if ids is not None:
+        results = self.results
+        if ids is None:
+            out.extend(result for result, _ in results.values())
+        else:
             ids.append(self.request_id)
-            ids.extend(self.result_ids[call_id] for call_id in self.results)
-        for call in self.request.tool_requests:
-            if call.id not in self.results:
-                out.append(interrupted_result(call.id, call.name))
-                synthetic.append(call.id)
-                if ids is not None:
-                    ids.append(self.request_id)
+            for result, row_id in results.values():
+                out.append(result)
+                ids.append(row_id)
+        if len(results) != len(self.call_ids):  # results bind to this request's ids only
+            for call in self.request.tool_requests:
+                if call.id not in results:
+                    out.append(interrupted_result(call.id, call.name))
+                    synthetic.append(call.id)
+                    if ids is not None:
+                        ids.append(self.request_id)
         return out
 
     @property
     def size(self) -> int:
-        return 1 + len(self.request.tool_requests)
+        return 1 + len(self.call_ids)
 
 
 # A unit is the smallest piece a window may hold: one plain message, one whole tool group,
 # or a result whose request is not among the rows (resolved later or dropped as an orphan).
 _Unit = UserMessage | AiMessage | ToolResult | SystemMessage | _Group
 
+_PLAIN, _AI, _RESULT = 0, 1, 2
+_ROLES: dict[type, int] = {UserMessage: _PLAIN, SystemMessage: _PLAIN, AiMessage: _AI}
+_ROLES[ToolResult] = _RESULT
+"""The edge check's view of each message class (subclasses are added on first sight)."""
+
+
+def _role(message: Message) -> int:
+    cls = type(message)
+    role = _ROLES.get(cls)
+    if role is None:
+        if isinstance(message, ToolResult):
+            role = _RESULT
+        elif isinstance(message, AiMessage):
+            role = _AI
+        else:
+            role = _PLAIN
+        _ROLES[cls] = role
+    return role
+
 
 def _assemble(rows: Sequence[StoredMessage], stats: WindowStats) -> list[tuple[_Unit, bool, int]]:
     """Turn chronological rows into units; the flag marks results with no request in ``rows``;
     the int is the unit's row id (a group's: its request's)."""
     units: list[tuple[_Unit, bool, int]] = []
+    add = units.append
     open_requests: dict[str, _Group] = {}
-    for row in rows:
-        message = row.message
-        if isinstance(message, ToolResult):
-            group = open_requests.get(message.id)
+    roles = _ROLES
+    for row_id, message in rows:
+        role = roles.get(type(message))
+        if role is None:
+            role = _role(message)
+        if role == _RESULT:
+            call_id = message.id  # type: ignore[union-attr]
+            group = open_requests.get(call_id)
             if group is None:
-                units.append((message, True, row.id))
-            elif message.id in group.results:
+                add((message, True, row_id))
+            elif call_id in group.results:
                 stats.duplicate_results_skipped += 1
             else:
-                group.results[message.id] = message
-                group.result_ids[message.id] = row.id
-        elif isinstance(message, AiMessage) and message.tool_requests:
-            group = _Group(message, request_id=row.id)
-            for call in message.tool_requests:
-                open_requests[call.id] = group  # a reused id binds to its latest request
-            units.append((group, False, row.id))
+                group.results[call_id] = (message, row_id)  # type: ignore[assignment]
+        elif role == _AI and message.tool_requests:  # type: ignore[union-attr]
+            call_ids = tuple(call.id for call in message.tool_requests)  # type: ignore[union-attr]
+            group = _Group(message, row_id, call_ids)  # type: ignore[arg-type]
+            for call_id in call_ids:
+                open_requests[call_id] = group  # a reused id binds to its latest request
+            add((group, False, row_id))
         else:
-            units.append((message, False, row.id))
+            add((message, False, row_id))
     return units
 
 
@@ -201,11 +234,11 @@ def select_window(
             continue
         size = 1
         if type(unit) is _Group:
-            call_ids = {call.id for call in unit.request.tool_requests}
-            if not call_ids.isdisjoint(chosen_call_ids):
+            call_ids = unit.call_ids
+            if not chosen_call_ids.isdisjoint(call_ids):
                 break  # a newer group reuses a call id; providers reject duplicate ids
-            chosen_call_ids |= call_ids
-            size = unit.size
+            chosen_call_ids.update(call_ids)
+            size = 1 + len(call_ids)
         if max_tokens is not None and count_tokens is not None:
             cost = _unit_tokens(unit, count_tokens)
             if chosen and tokens + cost > max_tokens:
@@ -233,13 +266,12 @@ def select_window(
     messages: list[Message] = []
     ids: list[int] = []
     for unit, row_id in chosen:
-        if isinstance(unit, _Group):
-            before = len(synthetic)
+        if type(unit) is _Group:
             messages.extend(unit.messages(synthetic, ids))
-            stats.interrupted_answered += len(synthetic) - before
         else:
-            messages.append(unit)
+            messages.append(unit)  # type: ignore[arg-type]
             ids.append(row_id)
+    stats.interrupted_answered += len(synthetic)
     if max_tokens is not None and count_tokens is not None:
         stats.tokens = sum(count_tokens(m) for m in messages)
     return Window(messages, stats, needs_older, synthetic, ids)

@@ -30,6 +30,7 @@ from memstore import (
 from memstore.aio import AsyncMemoryStore
 from memstore.core.crypto import PLAIN
 from memstore.core.display import DisplayDraft
+from memstore.core.loader import RowRequest
 from memstore.core.plans import WritePlan, plan_write
 from memstore.core.rows import TOOL_REQUEST, original_row
 from memstore.errors import CompactionConflictError, WorkerLeaseLostError
@@ -178,6 +179,43 @@ def test_the_direct_write_stores_what_the_sqlalchemy_path_stores(engine: Engine)
     for table in (original, display):
         assert stored(engine, table, direct_app) == stored(engine, table, generic_app)
         assert stored(engine, table, direct_app)  # not two empty lists
+
+
+TRICKY_TEXTS = [
+    'quotes " and \' and \\ backslashes \\" and a literal \\u0000 escape',
+    "unicode: \u00e9\u4e2d\u6587 \U0001f600 \u05e9\u05dc\u05d5\u05dd \u2028 \ufeff",
+    "control\tcharacters\r\nand %s %b %% placeholders",
+    "x" * 200_000,
+    "",
+]
+
+
+@pytest.mark.parametrize("engine", DIRECT, indirect=True)
+def test_texts_that_json_and_sql_escape_differently_are_stored_byte_for_byte(
+    engine: Engine,
+) -> None:
+    """PostgreSQL's direct insert carries the rows' varying columns as one JSON text; every
+    text must come out of it exactly as the SQLAlchemy path stores it."""
+    direct_app, generic_app = app(), app()
+    now = datetime.now(timezone.utc)
+    messages: list[Any] = []
+    for index, text in enumerate(TRICKY_TEXTS):
+        call = f"call-{index}-\u00e9\"'"
+        messages += [
+            UserMessage(text=text or "empty result next", metadata={"k\"ey": text[:50]}),
+            AiMessage(tool_requests=[ToolRequest(id=call, name="t", arguments='{"a": "\\"}')]),
+            ToolResult(id=call, tool_name="t", text=text),
+        ]
+    drafts = [DisplayDraft("user", text) for text in TRICKY_TEXTS]
+    direct_history, generic_history = SqlHistory(engine, PLAIN), SqlHistory(engine, PLAIN)
+    generic(generic_history)
+    issue = fresh_ids()
+    for history, app_id in ((direct_history, direct_app), (generic_history, generic_app)):
+        plan = plan_write(app_id, "user-1", messages, drafts, now=now, max_text_bytes=1 << 20)
+        history.insert(app_id, plan, issue)
+    for table in (original, display):
+        assert stored(engine, table, direct_app) == stored(engine, table, generic_app)
+    assert [row.message for row in direct_history.fetch(direct_app, RowRequest(100))] == messages
 
 
 @pytest.mark.parametrize("engine", DATABASES, indirect=True)

@@ -173,7 +173,7 @@ class AsyncMemoryStore(StoreBase):
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
-        self._sql = AsyncSqlHistory(self.engine, self.cipher)
+        self._sql = AsyncSqlHistory(self.engine, self.cipher, self.row_memo)
         self._retention = AsyncSqlRetention(self.engine, self.cipher)
         self._export = AsyncSqlExport(self.engine, self.cipher)
         self._owns_cache = cache is None
@@ -549,6 +549,7 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.purge`."""
         app = normalize_app_id(app_id)
         counts = await self._sql.purge(app)
+        self.row_memo.forget_app(app)
         return purge_report(app, counts, await self._cache_update(lambda: self.cache.purge(app)))
 
     async def prune(

@@ -62,6 +62,10 @@ class Settings(BaseModel):
     """How many messages a rebuild (cache miss, ``reload``) loads from SQL."""
     cache_ttl_seconds: int = Field(default=3600, ge=1, le=MAX_TTL_SECONDS)
     """TTL of a window key, refreshed on every write."""
+    decoded_rows_cache_mb: int = Field(default=32, ge=0, le=1024 * 1024)
+    """Memory (MiB, estimated) for decoded history rows kept in this process, so reading an
+    app's window from SQL again decodes only the rows it had not decoded before (a row is
+    reused only while its stored payload is unchanged). ``0`` turns it off."""
     worker_id: int | Literal["auto"] = "auto"
     """Snowflake worker id. ``auto``: lease a free id (0-1023) from the ``worker_leases``
     table of the database, renewed in the background; a number: that id, set by hand (give
@@ -109,6 +113,7 @@ class Settings(BaseModel):
         "compact_at_tokens",
         "reload_max",
         "cache_ttl_seconds",
+        "decoded_rows_cache_mb",
         "worker_id",
         "worker_lease_seconds",
         "max_text_bytes",

@@ -159,7 +159,7 @@ class MemoryStore(StoreBase):
         self._stop_heartbeat = threading.Event()
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
-        self._sql = SqlHistory(self.engine, self.cipher)
+        self._sql = SqlHistory(self.engine, self.cipher, self.row_memo)
         self._retention = SqlRetention(self.engine, self.cipher)
         self._export = SqlExport(self.engine, self.cipher)
         self._owns_cache = cache is None
@@ -691,6 +691,7 @@ class MemoryStore(StoreBase):
         keys, in one transaction and one cache call. Exact match only."""
         app = normalize_app_id(app_id)
         counts = self._sql.purge(app)
+        self.row_memo.forget_app(app)
         return purge_report(app, counts, self._cache_update(lambda: self.cache.purge(app)))
 
     def prune(

@@ -26,6 +26,7 @@ from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int
 from memstore.core.leases import HeldLease, LeaseRow, id_floor
 from memstore.core.loader import Rows, WindowSteps, window_steps
 from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.row_memo import RowMemo
 from memstore.core.rows import FetchedRows
 from memstore.core.staleness import PollSchedule
 from memstore.core.summary import SummaryRole, stored_summary, summary_role
@@ -106,6 +107,8 @@ class StoreBase:
     ) -> None:
         self.settings = settings or Settings()
         self.cipher = RowCipher(self.settings.encryption_keys)
+        self.row_memo = RowMemo(self.settings.decoded_rows_cache_mb * 1024 * 1024)
+        """Decoded rows this store's window reads reuse (``decoded_rows_cache_mb``)."""
         """Seals and opens stored texts with ``settings.encryption_keys`` (the identity, and
         a refusal of sealed values, when none are set)."""
         self._summarizer: Summarizer | None = summarizer

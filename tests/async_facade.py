@@ -166,6 +166,7 @@ class SyncFacade:
         """Where statement events of the async store fire."""
         self.cache = SyncCache(store.cache, self._run)
         self.cipher = store.cipher
+        self.row_memo = store.row_memo
 
     def raw_window(self, app_id: str) -> list[bytes] | None:
         """The app's Redis window entries as stored (``None`` for an in-process cache)."""

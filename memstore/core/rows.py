@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from memstore.core.crypto import DISPLAY_CONTENT, ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.display import DisplayDraft
+from memstore.core.row_memo import NO_MEMO, RowMemo
 from memstore.core.summary import is_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import StorageError
@@ -118,7 +119,7 @@ class FetchedRows(Sequence[StoredMessage]):
     column values (summary rows are told apart without decoding them).
     """
 
-    __slots__ = ("_app_id", "_cipher", "_decoded", "ids", "kinds", "payloads")
+    __slots__ = ("_app_id", "_cipher", "_decoded", "_memo", "ids", "kinds", "payloads")
 
     def __init__(
         self,
@@ -127,23 +128,30 @@ class FetchedRows(Sequence[StoredMessage]):
         kinds: list[str],
         cipher: RowCipher,
         app_id: str,
+        memo: RowMemo = NO_MEMO,
     ) -> None:
         self.ids = ids
         self.payloads = payloads
         self.kinds = kinds
         self._cipher = cipher
         self._app_id = app_id
+        self._memo = memo
         self._decoded: list[StoredMessage | None] = [None] * len(ids)
 
     @classmethod
     def from_rows(
-        cls, rows: Sequence[Sequence[Any]], cipher: RowCipher, app_id: str
+        cls,
+        rows: Sequence[Sequence[Any]],
+        cipher: RowCipher,
+        app_id: str,
+        memo: RowMemo = NO_MEMO,
     ) -> FetchedRows:
-        """``(id, payload, message_type)`` rows in any order, sorted by id."""
+        """``(id, payload, message_type)`` rows in any order, sorted by id; rows decoded
+        before are taken from ``memo`` (and rows decoded now remembered there)."""
         if not rows:
-            return cls([], [], [], cipher, app_id)
+            return cls([], [], [], cipher, app_id, memo)
         ids, payloads, kinds = zip(*sorted(rows, key=_FIRST), strict=True)
-        return cls(list(ids), list(payloads), list(kinds), cipher, app_id)
+        return cls(list(ids), list(payloads), list(kinds), cipher, app_id, memo)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -159,9 +167,14 @@ class FetchedRows(Sequence[StoredMessage]):
             return self.subset(range(len(self.ids))[index])
         row = self._decoded[index]
         if row is None:
-            row_id = self.ids[index]
-            message = decode_row(self._cipher, self._app_id, row_id, self.payloads[index])
-            row = self._decoded[index] = StoredMessage(row_id, message)
+            row_id, payload, memo = self.ids[index], self.payloads[index], self._memo
+            row = memo.get(self._app_id, row_id, payload) if memo.enabled else None
+            if row is None:
+                message = decode_row(self._cipher, self._app_id, row_id, payload)
+                row = StoredMessage(row_id, message)
+                if memo.enabled:
+                    memo.put(self._app_id, payload, row)
+            self._decoded[index] = row
         return row
 
     def __iter__(self) -> Iterator[StoredMessage]:
@@ -173,12 +186,21 @@ class FetchedRows(Sequence[StoredMessage]):
         decoded = self._decoded
         start = max(0, len(decoded) - count)
         if not self._cipher.enabled:
-            ids, payloads = self.ids, self.payloads
+            ids, payloads, memo, app_id = self.ids, self.payloads, self._memo, self._app_id
+            remember = memo.enabled
             try:
                 for index in range(start, len(decoded)):
                     if decoded[index] is None:
-                        message: Message = _VALIDATE_JSON(payloads[index], context=STORED)
-                        decoded[index] = StoredMessage(ids[index], message)
+                        row_id, payload = ids[index], payloads[index]
+                        if remember:
+                            row = memo.get(app_id, row_id, payload)
+                            if row is not None:
+                                decoded[index] = row
+                                continue
+                        message: Message = _VALIDATE_JSON(payload, context=STORED)
+                        row = decoded[index] = StoredMessage(row_id, message)
+                        if remember:
+                            memo.put(app_id, payload, row)
             except (ValidationError, ValueError):
                 pass  # the row's own decode below raises the typed error
         rows = [row for row in decoded[start:] if row is not None]
@@ -194,6 +216,7 @@ class FetchedRows(Sequence[StoredMessage]):
             [self.kinds[i] for i in positions],
             self._cipher,
             self._app_id,
+            self._memo,
         )
         out._decoded = [self._decoded[i] for i in positions]
         return out
@@ -219,6 +242,7 @@ class FetchedRows(Sequence[StoredMessage]):
             self.kinds + newer.kinds,
             self._cipher,
             self._app_id,
+            self._memo,
         )
         out._decoded = self._decoded + newer._decoded
         return out

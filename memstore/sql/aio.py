@@ -19,6 +19,7 @@ from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
+from memstore.core.row_memo import NO_MEMO, RowMemo
 from memstore.core.rows import FetchedRows
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
@@ -166,9 +167,11 @@ async def awrite_retrying(
 class AsyncSqlHistory:
     """The two history tables on one async engine."""
 
-    def __init__(self, engine: AsyncEngine, cipher: RowCipher) -> None:
+    def __init__(self, engine: AsyncEngine, cipher: RowCipher, memo: RowMemo = NO_MEMO) -> None:
         self.engine = engine
         self.cipher = cipher
+        self.memo = memo
+        """Decoded rows the loader's reads reuse (:class:`~memstore.core.row_memo.RowMemo`)."""
         self._read_options = read_options(engine.sync_engine)
         self._split_summary = splits_summary(engine)
         self.lookahead = lookahead_rows(engine.dialect)
@@ -192,7 +195,7 @@ class AsyncSqlHistory:
                     return list((await conn.execute(statement, params)).all())
 
                 rows = await aread_retrying(self.engine, work, **self._read_options)
-        return FetchedRows.from_rows(rows, self.cipher, app_id)
+        return FetchedRows.from_rows(rows, self.cipher, app_id, self.memo)
 
     async def insert(
         self,

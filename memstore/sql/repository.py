@@ -15,6 +15,7 @@ from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
+from memstore.core.row_memo import NO_MEMO, RowMemo
 from memstore.core.rows import (
     SUMMARY,
     TOOL_REQUEST,
@@ -388,9 +389,11 @@ class SqlHistory:
     """The two history tables on one synchronous engine; ``cipher`` seals and opens their
     texts."""
 
-    def __init__(self, engine: Engine, cipher: RowCipher) -> None:
+    def __init__(self, engine: Engine, cipher: RowCipher, memo: RowMemo = NO_MEMO) -> None:
         self.engine = engine
         self.cipher = cipher
+        self.memo = memo
+        """Decoded rows the loader's reads reuse (:class:`~memstore.core.row_memo.RowMemo`)."""
         self._read_options = read_options(engine)
         self._split_summary = splits_summary(engine)
         self.lookahead = lookahead_rows(engine.dialect)
@@ -417,7 +420,7 @@ class SqlHistory:
                     lambda conn: conn.execute(statement, params).all(),
                     **self._read_options,
                 )
-        return FetchedRows.from_rows(rows, self.cipher, app_id)
+        return FetchedRows.from_rows(rows, self.cipher, app_id, self.memo)
 
     def insert(
         self,

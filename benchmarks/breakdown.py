@@ -57,8 +57,10 @@ from memstore.sql.repository import SqlHistory, rows_to_messages, window_rows_st
 WINDOW = 50
 
 
-def run(options: Options, log: Callable[[str], None] = print) -> Report:
-    rounds = 150 if options.quick else 600
+def run(options: Options, log: Callable[[str], None] = print, rounds: int | None = None) -> Report:
+    """The breakdown tables; ``rounds`` (default 150 with ``--quick``, else 600) per read."""
+    if rounds is None:
+        rounds = 150 if options.quick else 600
     report = Report("breakdown: where the time goes (µs, medians, round-robin)")
     run_id = uuid.uuid4().hex[:6]
     app = f"bd-{run_id}"

@@ -202,7 +202,7 @@ def test_texts_that_json_and_sql_escape_differently_are_stored_byte_for_byte(
     for index, text in enumerate(TRICKY_TEXTS):
         call = f"call-{index}-\u00e9\"'"
         messages += [
-            UserMessage(text=text or "empty result next", metadata={"k\"ey": text[:50]}),
+            UserMessage(text=text or "empty result next", metadata={'k"ey': text[:50]}),
             AiMessage(tool_requests=[ToolRequest(id=call, name="t", arguments='{"a": "\\"}')]),
             ToolResult(id=call, tool_name="t", text=text),
         ]

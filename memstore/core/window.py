@@ -137,8 +137,12 @@ class _Group:
 _Unit = UserMessage | AiMessage | ToolResult | SystemMessage | _Group
 
 _PLAIN, _AI, _RESULT = 0, 1, 2
-_ROLES: dict[type, int] = {UserMessage: _PLAIN, SystemMessage: _PLAIN, AiMessage: _AI}
-_ROLES[ToolResult] = _RESULT
+_ROLES: dict[type, int] = {
+    UserMessage: _PLAIN,
+    SystemMessage: _PLAIN,
+    AiMessage: _AI,
+    ToolResult: _RESULT,
+}
 """The edge check's view of each message class (subclasses are added on first sight)."""
 
 

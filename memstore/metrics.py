@@ -25,6 +25,8 @@ COUNTERS: tuple[str, ...] = (
     "interrupted_answers",
     "id_collisions",
     "lease_renewals",
+    "rows_reused",
+    "rows_decoded",
 )
 """Every counter name a snapshot holds, in a stable order."""
 
@@ -38,6 +40,8 @@ DESCRIPTIONS: dict[str, str] = {
     "interrupted_answers": "Synthetic interrupted results for tool calls without a result",
     "id_collisions": "Writes retried because another process used the same snowflake id",
     "lease_renewals": "Successful renewals of the worker-id lease",
+    "rows_reused": "Rows of window reads from SQL taken from the decoded-row memo",
+    "rows_decoded": "Rows of window reads from SQL decoded anew (the decoded-row memo on)",
 }
 """What each counter counts (the OpenTelemetry instruments' descriptions)."""
 

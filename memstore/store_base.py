@@ -107,10 +107,10 @@ class StoreBase:
     ) -> None:
         self.settings = settings or Settings()
         self.cipher = RowCipher(self.settings.encryption_keys)
-        self.row_memo = RowMemo(self.settings.decoded_rows_cache_mb * 1024 * 1024)
-        """Decoded rows this store's window reads reuse (``decoded_rows_cache_mb``)."""
         """Seals and opens stored texts with ``settings.encryption_keys`` (the identity, and
         a refusal of sealed values, when none are set)."""
+        self.row_memo = RowMemo(self.settings.decoded_rows_cache_mb * 1024 * 1024)
+        """Decoded rows this store's window reads reuse (``decoded_rows_cache_mb``)."""
         self._summarizer: Summarizer | None = summarizer
         self.token_counter: TokenCounter = token_counter or approximate_tokens
         """Counts a message's tokens for token budgets (default: :func:`approximate_tokens`)."""
@@ -132,6 +132,7 @@ class StoreBase:
         self._formatters: dict[str, ToolFormatter] = {}
         self._closed = False
         self._metrics = Metrics()
+        self.row_memo.listener = self._count_rows
         self._otel_enabled = False
         if self.settings.otel_metrics:
             self.enable_otel()
@@ -301,6 +302,13 @@ class StoreBase:
             what,
             error.kind,
         )
+
+    def _count_rows(self, reused: int, decoded: int) -> None:
+        """Count a window read's rows taken from the decoded-row memo and decoded anew."""
+        if reused:
+            self._metrics.incr("rows_reused", reused)
+        if decoded:
+            self._metrics.incr("rows_decoded", decoded)
 
     def metrics(self) -> dict[str, int]:
         """A plain snapshot of this store's counters (see :data:`memstore.metrics.COUNTERS`):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 from memstore.core.window import StoredMessage
 
@@ -42,7 +43,7 @@ class RowMemo:
     nothing.
     """
 
-    __slots__ = ("_apps", "_bytes", "_lock", "_rows", "max_bytes")
+    __slots__ = ("_apps", "_bytes", "_lock", "_rows", "listener", "max_bytes")
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
@@ -53,6 +54,8 @@ class RowMemo:
         """How many rows of each app are remembered (a purge of an app with none is free)."""
         self._bytes = 0
         self._lock = threading.Lock()
+        self.listener: Callable[[int, int], None] | None = None
+        """Told ``(reused, decoded)`` after each read that used the memo (a store's metrics)."""
 
     @property
     def enabled(self) -> bool:
@@ -72,6 +75,12 @@ class RowMemo:
         if hit is not None and hit[1] == payload and hit[0] == app_id:
             return hit[2]
         return None
+
+    def counted(self, reused: int, decoded: int) -> None:
+        """Report one read's rows taken from the memo and decoded anew to the listener."""
+        listener = self.listener
+        if listener is not None and (reused or decoded):
+            listener(reused, decoded)
 
     def put(self, app_id: str, payload: str, row: StoredMessage) -> None:
         """Remember ``row`` (decoded from ``payload``), forgetting the oldest entries beyond

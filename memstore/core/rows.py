@@ -174,6 +174,9 @@ class FetchedRows(Sequence[StoredMessage]):
                 row = StoredMessage(row_id, message)
                 if memo.enabled:
                     memo.put(self._app_id, payload, row)
+                    memo.counted(0, 1)
+            elif memo.enabled:
+                memo.counted(1, 0)
             self._decoded[index] = row
         return row
 
@@ -188,6 +191,7 @@ class FetchedRows(Sequence[StoredMessage]):
         if not self._cipher.enabled:
             ids, payloads, memo, app_id = self.ids, self.payloads, self._memo, self._app_id
             remember = memo.enabled
+            reused = fresh = 0
             try:
                 for index in range(start, len(decoded)):
                     if decoded[index] is None:
@@ -196,13 +200,17 @@ class FetchedRows(Sequence[StoredMessage]):
                             row = memo.get(app_id, row_id, payload)
                             if row is not None:
                                 decoded[index] = row
+                                reused += 1
                                 continue
                         message: Message = _VALIDATE_JSON(payload, context=STORED)
                         row = decoded[index] = StoredMessage(row_id, message)
                         if remember:
                             memo.put(app_id, payload, row)
+                            fresh += 1
             except (ValidationError, ValueError):
                 pass  # the row's own decode below raises the typed error
+            if remember:
+                memo.counted(reused, fresh)
         rows = [row for row in decoded[start:] if row is not None]
         if len(rows) == len(decoded) - start:
             return rows

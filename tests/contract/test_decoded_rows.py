@@ -90,3 +90,20 @@ def test_sealed_rows_are_reused_and_a_swapped_ciphertext_still_fails(
         )
     with pytest.raises(DecryptionError):
         store.load_window(app_id)
+
+
+def test_reused_and_decoded_rows_are_counted(make_store: StoreFactory, app_id: str) -> None:
+    store = make_store()
+    store.append(app_id, turn(1))
+    before = store.metrics()
+    store.load_window(app_id)
+    first = store.metrics()
+    assert first["rows_decoded"] - before["rows_decoded"] == 4
+    assert first["rows_reused"] == before["rows_reused"]
+    store.load_window(app_id)
+    again = store.metrics()
+    assert again["rows_reused"] - first["rows_reused"] == 4
+    assert again["rows_decoded"] == first["rows_decoded"]
+    off = make_store(decoded_rows_cache_mb=0)
+    off.load_window(app_id)
+    assert off.metrics()["rows_decoded"] == off.metrics()["rows_reused"] == 0

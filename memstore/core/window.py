@@ -127,10 +127,6 @@ class _Group:
                         ids.append(self.request_id)
         return out
 
-    @property
-    def size(self) -> int:
-        return 1 + len(self.call_ids)
-
 
 # A unit is the smallest piece a window may hold: one plain message, one whole tool group,
 # or a result whose request is not among the rows (resolved later or dropped as an orphan).

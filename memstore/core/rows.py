@@ -168,14 +168,15 @@ class FetchedRows(Sequence[StoredMessage]):
         row = self._decoded[index]
         if row is None:
             row_id, payload, memo = self.ids[index], self.payloads[index], self._memo
-            row = memo.get(self._app_id, row_id, payload) if memo.enabled else None
+            remember = memo.enabled
+            row = memo.get(self._app_id, row_id, payload) if remember else None
             if row is None:
                 message = decode_row(self._cipher, self._app_id, row_id, payload)
                 row = StoredMessage(row_id, message)
-                if memo.enabled:
+                if remember:
                     memo.put(self._app_id, payload, row)
                     memo.counted(0, 1)
-            elif memo.enabled:
+            else:  # only a memo that is on hands rows back
                 memo.counted(1, 0)
             self._decoded[index] = row
         return row

@@ -143,16 +143,15 @@ _ROLES: dict[type, int] = {
 
 
 def _role(message: Message) -> int:
-    cls = type(message)
-    role = _ROLES.get(cls)
-    if role is None:
-        if isinstance(message, ToolResult):
-            role = _RESULT
-        elif isinstance(message, AiMessage):
-            role = _AI
-        else:
-            role = _PLAIN
-        _ROLES[cls] = role
+    """The role of a message whose class :data:`_ROLES` does not hold yet (a subclass),
+    remembered for the next one."""
+    if isinstance(message, ToolResult):
+        role = _RESULT
+    elif isinstance(message, AiMessage):
+        role = _AI
+    else:
+        role = _PLAIN
+    _ROLES[type(message)] = role
     return role
 
 

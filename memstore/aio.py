@@ -92,6 +92,7 @@ from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_a
 from memstore.sql.engine import translated_errors
 from memstore.sql.export import IMPORT_BATCH, import_report
 from memstore.sql.generation import GenerationStep
+from memstore.sql.inline_read import InlineSqliteReads
 from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck
 from memstore.sql.schema import display, original
@@ -173,7 +174,15 @@ class AsyncMemoryStore(StoreBase):
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
-        self._sql = AsyncSqlHistory(self.engine, self.cipher, self.row_memo)
+        self.inline_reads = (
+            InlineSqliteReads.for_engine(self.engine)
+            if self._owns_engine and self.settings.async_sqlite_inline_reads
+            else None
+        )
+        """Window reads run on the calling thread (a SQLite file, ``async_sqlite_inline_reads``,
+        an engine the store made); their ``served`` and ``passed_on`` counts. ``None``: every
+        read goes to the driver."""
+        self._sql = AsyncSqlHistory(self.engine, self.cipher, self.row_memo, self.inline_reads)
         self._retention = AsyncSqlRetention(self.engine, self.cipher)
         self._export = AsyncSqlExport(self.engine, self.cipher)
         self._owns_cache = cache is None
@@ -657,6 +666,8 @@ class AsyncMemoryStore(StoreBase):
         await self._release_lease()
         if self._owns_cache:
             await self.cache.close()
+        if self.inline_reads is not None:
+            self.inline_reads.close()
         if self._owns_engine:
             await self.engine.dispose()
 

@@ -66,6 +66,10 @@ class Settings(BaseModel):
     """Memory (MiB, estimated) for decoded history rows kept in this process, so reading an
     app's window from SQL again decodes only the rows it had not decoded before (a row is
     reused only while its stored payload is unchanged). ``0`` turns it off."""
+    async_sqlite_inline_reads: bool = True
+    """:class:`~memstore.aio.AsyncMemoryStore` on a SQLite file: run a window read on the
+    calling thread when it can take its locks at once (it never waits there; a read that
+    would wait goes to aiosqlite's thread). ``False``: every read goes to aiosqlite's thread."""
     worker_id: int | Literal["auto"] = "auto"
     """Snowflake worker id. ``auto``: lease a free id (0-1023) from the ``worker_leases``
     table of the database, renewed in the background; a number: that id, set by hand (give

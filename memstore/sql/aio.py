@@ -46,6 +46,7 @@ from memstore.sql.fastread import (
     window_read,
 )
 from memstore.sql.generation import GenerationStep
+from memstore.sql.inline_read import InlineSqliteReads
 from memstore.sql.repository import (
     NEWEST_IDS,
     REQUEST_SCAN_PAGE,
@@ -167,7 +168,13 @@ async def awrite_retrying(
 class AsyncSqlHistory:
     """The two history tables on one async engine."""
 
-    def __init__(self, engine: AsyncEngine, cipher: RowCipher, memo: RowMemo = NO_MEMO) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        cipher: RowCipher,
+        memo: RowMemo = NO_MEMO,
+        inline: InlineSqliteReads | None = None,
+    ) -> None:
         self.engine = engine
         self.cipher = cipher
         self.memo = memo
@@ -178,6 +185,9 @@ class AsyncSqlHistory:
         """See :class:`memstore.sql.repository.SqlHistory`."""
         self._direct = engine.dialect.driver != "aiosqlite" or runs_on_aiosqlite(engine)
         """See :class:`memstore.sql.repository.SqlHistory`."""
+        self.inline = inline
+        """Window reads tried on the calling thread first (SQLite files:
+        :class:`~memstore.sql.inline_read.InlineSqliteReads`)."""
 
     async def fetch(self, app_id: str, request: RowRequest) -> FetchedRows:
         """See :meth:`memstore.sql.repository.SqlHistory.fetch` (the DBAPI path runs on the
@@ -187,7 +197,12 @@ class AsyncSqlHistory:
                 reads = window_read(
                     self.engine.dialect, app_id, request, split_summary=self._split_summary
                 )
-                rows = await adbapi_retrying(lambda: aread_rows(self.engine, reads))
+                inline = self.inline
+                found = None if inline is None else inline.read(reads)
+                if found is not None:
+                    rows = found
+                else:
+                    rows = await adbapi_retrying(lambda: aread_rows(self.engine, reads))
             else:
                 statement, params = window_rows_statement(app_id, request)
 

@@ -11,6 +11,7 @@ same tables.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -43,6 +44,7 @@ from benchmarks.compare import (
 )
 from benchmarks.dataset import AppPlan, TextSource, bulk_load
 from memstore import MemoryStore, Settings
+from memstore.aio import AsyncMemoryStore
 from memstore.cache import keys
 from memstore.core.display import display_drafts
 from memstore.core.loader import LOOKAHEAD_ROWS, RowRequest, run_steps, window_steps
@@ -168,9 +170,24 @@ def read_breakdown(name: str, url: str, store: MemoryStore, app: str, rounds: in
             newest, WINDOW, history_complete=False
         ),
     }
+    loop = asyncio.new_event_loop()
+    async_stores: list[AsyncMemoryStore] = []
+    if name == "sqlite":
+        inline = AsyncMemoryStore(Settings(database_url=url))
+        hop = AsyncMemoryStore(Settings(database_url=url, async_sqlite_inline_reads=False))
+        async_stores = [inline, hop]
+        calls["async load_window, now (the read on the calling thread)"] = lambda: (
+            loop.run_until_complete(inline.load_window(app, WINDOW))
+        )
+        calls["async load_window, before (every read through aiosqlite's thread)"] = lambda: (
+            loop.run_until_complete(hop.load_window(app, WINDOW))
+        )
     samples = dict(
         zip(calls, time_interleaved(list(calls.values()), warmup=20, rounds=rounds), strict=True)
     )
+    for async_store in async_stores:
+        loop.run_until_complete(async_store.close())
+    loop.close()
     core_engine.dispose()
     unmemoized.close()
     if name != "sqlite":

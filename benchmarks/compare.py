@@ -150,6 +150,19 @@ def twenty_message_turn(rng: random.Random, texts: TextSource) -> list[Message]:
     return out
 
 
+def with_fresh_call_ids(turn: list[Message], tag: int) -> list[Message]:
+    """``turn`` with every call id made its own (suffixed with ``tag``)."""
+    out: list[Message] = []
+    for message in turn:
+        if isinstance(message, AiMessage) and message.tool_requests:
+            requests = [r.model_copy(update={"id": f"{r.id}-{tag}"}) for r in message.tool_requests]
+            message = message.model_copy(update={"tool_requests": requests})
+        elif isinstance(message, ToolResult):
+            message = message.model_copy(update={"id": f"{message.id}-{tag}"})
+        out.append(message)
+    return out
+
+
 def agents_items(message: Message) -> list[dict[str, Any]]:
     from memstore.adapters.openai_agents import message_to_items
 
@@ -707,7 +720,15 @@ def appends(
     if redis_url is not None:
         rstore = MemoryStore(Settings(database_url=url, redis_url=redis_url))
         closers.append(rstore.close)
-        calls["memstore append + Redis window"] = lambda: rstore.append(f"ap-{run_id}-r", turn())
+        windowed = f"ap-{run_id}-r"
+        # the window must be cached for an append to update it, and a cached window holds a
+        # call id once (a turn appended again would drop it): fresh call ids on every turn
+        rstore.append(windowed, with_fresh_call_ids(turns[0], -1))
+        rstore.memory(windowed).messages()
+        fresh = iter(
+            [with_fresh_call_ids(turns[i % len(turns)], i) for i in range(plan.write_rounds + 3)]
+        )
+        calls["memstore append + Redis window"] = lambda: rstore.append(windowed, next(fresh))
     peers: list[str] = []
     item_turns = [[item for m in t for item in agents_items(m)] for t in turns]
     if agents_engine is not None:
@@ -739,6 +760,8 @@ def appends(
             strict=True,
         )
     )
+    if redis_url is not None and rstore.cache.read(windowed).messages is None:
+        raise RuntimeError("the Redis window was dropped: the window update was not measured")
     for closer in closers:
         closer()
     measure = f"{name}: durable {TURN_SIZE}-message turn"

@@ -51,7 +51,14 @@ def generation_key(app_id: str) -> str:
     return _key(app_id, "generation")
 
 
-def app_keys(app_id: str) -> tuple[str, str, str, str, str]:
+def heads_key(app_id: str) -> str:
+    """The window entries' headers (kinds, call ids, token counts) with the stamp of the
+    window they describe, so an append need not read the whole window (see
+    :mod:`memstore.cache.scripts`)."""
+    return _key(app_id, "heads")
+
+
+def app_keys(app_id: str) -> tuple[str, str, str, str, str, str]:
     """All keys of one app, in the order the Lua scripts take them (the same names as
     :func:`window_key` and its siblings; every cache call needs them, so built in one go)."""
     base = f"{PREFIX}:{{{hash_tag(app_id)}}}:"
@@ -61,6 +68,7 @@ def app_keys(app_id: str) -> tuple[str, str, str, str, str]:
         base + "version",
         base + "origin",
         base + "generation",
+        base + "heads",
     )
 
 

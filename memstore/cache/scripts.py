@@ -5,7 +5,18 @@ opened by a summary entry, kind ``M``, keeps it and trims the entries after it) 
 :func:`memstore.core.window.can_append_result` (a test runs both on random windows).
 Entries are ``<kind><ids>[<0x1d><tokens>]<0x1e><json>`` (see
 :func:`memstore.cache.base.encode_entry`).
-KEYS are always ``window, interrupted, version, origin, generation`` of one app.
+KEYS are always ``window, interrupted, version, origin, generation, heads`` of one app.
+
+The ``heads`` key holds ``<stamp>|`` followed by every window entry's header with its
+``0x1e`` (the entry without its JSON), in window order: what APPEND needs to apply the edge
+rules (kinds, call ids, token counts), so it does not read the whole window (every message's
+JSON: with large tool results, most of the window's bytes) into Lua on each append. STORE
+writes it, APPEND keeps it in step. APPEND trusts it only while its stamp is the window's
+stamp (``origin``) and it has one header per entry; otherwise (a window stored or extended by
+a memstore that did not keep heads) APPEND reads the whole window as before and writes the
+heads anew, so a window never goes wrong for lack of them. Every script that drops a window
+drops them too. APPEND reads the ids of the window's requests and results, and the
+``interrupted`` set, only once an appended entry needs them (a request; a result).
 
 The ``generation`` key holds the app's SQL generation (``chat_app_generation``) the window
 reflects: STORE sets it to the generation the rebuild read after its rows; APPEND gets the
@@ -52,8 +63,9 @@ redis.call('INCR', KEYS[3])
 redis.call('EXPIRE', KEYS[3], ttl)
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local here = origin()
-if stored_on(redis.call('GET', KEYS[4])) ~= here then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
+local stored_id, stored_stamp = stored_on(redis.call('GET', KEYS[4]))
+if stored_id ~= here then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6])
   return -1
 end
 local function header(e)
@@ -77,7 +89,7 @@ local function requested(ids, id)
   return false
 end
 local function invalidate()
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6])
   return -1
 end
 if (redis.call('GET', KEYS[5]) or '') ~= ARGV[5] then return invalidate() end
@@ -86,26 +98,53 @@ if #ARGV < 8 then
   redis.call('EXPIRE', KEYS[1], ttl)
   if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
   redis.call('EXPIRE', KEYS[4], ttl)
+  redis.call('EXPIRE', KEYS[6], ttl)
   return 1
 end
-local items = redis.call('LRANGE', KEYS[1], 0, -1)
+local function window_heads()
+  if stored_stamp == '' then return nil end
+  local value = redis.call('GET', KEYS[6])
+  if not value then return nil end
+  local bar = string.find(value, '|', 1, true)
+  if not bar or string.sub(value, 1, bar - 1) ~= stored_stamp then return nil end
+  local heads = {}
+  for head in string.gmatch(string.sub(value, bar + 1), '[^\30]*\30') do
+    heads[#heads + 1] = head
+  end
+  if #heads ~= redis.call('LLEN', KEYS[1]) then return nil end
+  return heads
+end
+local items = window_heads()
+local from_heads = items ~= nil
+if not from_heads then items = redis.call('LRANGE', KEYS[1], 0, -1) end
 local count = #items
 local kinds = {}
 for k = 1, count do kinds[k] = string.sub(items[k], 1, 1) end
-local held = {}
+local held = nil
 local function hold(e)
   for part in string.gmatch(header(e), '[^\31]+') do held[part] = true end
 end
-for k = 1, count do
-  if kinds[k] == 'R' or kinds[k] == 'T' then hold(items[k]) end
+local function holding()
+  if held == nil then  -- the call ids of the window's requests and results, on first need
+    held = {}
+    for k = 1, count do
+      if kinds[k] == 'R' or kinds[k] == 'T' then hold(items[k]) end
+    end
+  end
+  return held
 end
 local first_new = count + 1
+local interrupted = nil
 for i = 8, #ARGV do
   local e = ARGV[i]
   local kind = string.sub(e, 1, 1)
   if kind == 'T' then
     local id = header(e)
-    if redis.call('SISMEMBER', KEYS[2], id) == 1 then return invalidate() end
+    if interrupted == nil then  -- read once: usually no call is answered as interrupted
+      interrupted = {}
+      for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do interrupted[member] = true end
+    end
+    if interrupted[id] then return invalidate() end
     local idx = count
     local verdict = nil
     while verdict == nil do
@@ -125,7 +164,7 @@ for i = 8, #ARGV do
       count = count + 1
       items[count] = e
       kinds[count] = kind
-      held[id] = true
+      if held ~= nil then held[id] = true end
     end
   else
     local results = 0
@@ -142,6 +181,7 @@ for i = 8, #ARGV do
       if results < requested_count then return invalidate() end
     end
     if kind == 'R' then
+      holding()
       for part in string.gmatch(header(e), '[^\31]+') do
         if held[part] then return invalidate() end
       end
@@ -190,16 +230,25 @@ if ARGV[3] == '1' then
   end
 end
 if drop >= n then return invalidate() end
+local opening = items[1]
+if drop > 0 and skip == 1 and from_heads then opening = redis.call('LINDEX', KEYS[1], 0) end
 for k = first_new, count, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(items, k, math.min(k + 999, count)))
 end
 if drop > 0 then
   redis.call('LTRIM', KEYS[1], skip + drop, -1)
-  if skip == 1 then redis.call('LPUSH', KEYS[1], items[1]) end
+  if skip == 1 then redis.call('LPUSH', KEYS[1], opening) end
 end
 redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
 redis.call('SET', KEYS[4], here .. '|' .. ARGV[7], 'EX', ttl)
+local function head_of(e) return string.sub(e, 1, string.find(e, '\30', 1, true)) end
+local from_k = first_new
+if not from_heads then from_k = 1 end
+for k = math.max(from_k, skip + drop + 1), count do items[k] = head_of(items[k]) end
+local heads = table.concat(items, '', skip + drop + 1, count)
+if skip == 1 then heads = head_of(items[1]) .. heads end
+redis.call('SET', KEYS[6], ARGV[7] .. '|' .. heads, 'EX', ttl)
 return 1
 """
 )
@@ -216,7 +265,7 @@ local here = origin()
 local current = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
 if current ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('DEL', KEYS[5])
+redis.call('DEL', KEYS[5], KEYS[6])
 local ttl = tonumber(ARGV[2])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[5], ARGV[3], 'EX', ttl) end
 local synthetic = tonumber(ARGV[5])
@@ -226,7 +275,14 @@ local first = 6 + synthetic
 for i = first, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-if #ARGV >= first then redis.call('EXPIRE', KEYS[1], ttl) end
+if #ARGV >= first then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  local heads = {}
+  for i = first, #ARGV do
+    heads[#heads + 1] = string.sub(ARGV[i], 1, string.find(ARGV[i], '\30', 1, true))
+  end
+  redis.call('SET', KEYS[6], ARGV[4] .. '|' .. table.concat(heads), 'EX', ttl)
+end
 redis.call('SET', KEYS[4], here .. '|' .. ARGV[4], 'EX', ttl)
 return 1
 """
@@ -259,7 +315,7 @@ the caller's stamp (unchanged: no entries are sent), else ``{version, stamp, ent
 (``stamp`` ``''`` for a window an older memstore stored)."""
 
 INVALIDATE = r"""
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6])
 redis.call('INCR', KEYS[3])
 redis.call('EXPIRE', KEYS[3], tonumber(ARGV[1]))
 return 1
@@ -268,7 +324,7 @@ return 1
 
 PURGE = r"""
 local existed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('DEL', KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
 return existed
 """
 """Deletes every key of the app; returns how many of window, interrupted, version existed."""

@@ -11,10 +11,13 @@ and an ``InProcessWindowCache`` with the same random ``WindowPolicy``:
   unanswered), stray results for requested-before or never-requested ids;
 * a late result, or a new request, for a call id the window holds (answered, answered by a
   synthetic result, still open) or does not hold;
-* invalidate.
+* invalidate;
+* lose the window's heads (as a window stored or extended by a memstore that did not keep
+  them: the key gone, or another window's stamp), so APPEND reads the whole window instead.
 
-After every step both caches must read the same window (or both none). Always on fakeredis
-(which runs the scripts in a real Lua runtime), and on the real Redis too when
+After every step both caches must read the same window (or both none), and a window's heads
+must be exactly its entries' headers under its stamp (unless they were just lost). Always on
+fakeredis (which runs the scripts in a real Lua runtime), and on the real Redis too when
 ``MEMSTORE_TEST_REDIS_URL`` is set (unique app ids, their keys deleted at the end).
 """
 
@@ -130,8 +133,23 @@ def counted(message: Message) -> WindowEntry:
     return entry_for(message, approximate_tokens(message))
 
 
-OPERATIONS = ["append"] * 4 + ["late_result", "reused_id", "store", "invalidate"]
+OPERATIONS = (
+    ["append"] * 4 + ["late_result", "reused_id", "store", "invalidate"] + ["lose_heads"] * 2
+)
 WHEN_MISSING = ["store"] * 3 + ["append", "late_result", "invalidate"]
+
+
+def heads_in_step(client: redis.Redis, app_id: str) -> bool:
+    """Whether the app's heads key holds its window's stamp and entry headers (or the app has
+    no window and no heads)."""
+    window_key, _, _, origin_key, _, heads_key = keys.app_keys(app_id)
+    entries: list[bytes] = client.lrange(window_key, 0, -1)  # type: ignore[assignment]
+    heads = client.get(heads_key)
+    if not entries:
+        return heads is None
+    origin: bytes = client.get(origin_key) or b""  # type: ignore[assignment]
+    stamp = origin.split(b"|", 1)[1] if b"|" in origin else b""
+    return heads == stamp + b"|" + b"".join(e[: e.index(b"\x1e") + 1] for e in entries)
 
 
 @pytest.fixture(scope="module", params=["fakeredis", "redis"])
@@ -247,9 +265,14 @@ def test_lua_scripts_and_in_process_cache_agree(
             count = data.draw(st.integers(-1, len(late)), label=f"{step}: late results")
             count = max(count, 1)
             pending = [ToolResult(id=i, tool_name="read", text="late") for i in late[:count]]
+        elif operation == "lose_heads":
+            how = data.draw(st.sampled_from(["deleted", "stamp", "short"]), label=f"{step}: lost")
+            lose_heads(client, app_id, how)
         else:
             in_redis.invalidate(app_id)
             in_process.invalidate(app_id)
+        if operation != "lose_heads":
+            assert heads_in_step(client, app_id), f"heads after step {step} ({operation})"
 
         expected = in_process.read(app_id).messages
         assert in_redis.read(app_id).messages == expected, f"after step {step} ({operation})"
@@ -257,3 +280,59 @@ def test_lua_scripts_and_in_process_cache_agree(
             assert expected and not isinstance(expected[0], ToolResult)
             if policy.start_at_user:
                 assert isinstance(expected[0], UserMessage)
+
+
+def lose_heads(client: redis.Redis, app_id: str, how: str) -> None:
+    """Make the app's heads untrustworthy, as a memstore that did not keep them would leave
+    them: ``deleted``, another window's (``stamp``), or one header ``short``; or leave them
+    (``kept``)."""
+    heads_key = keys.heads_key(app_id)
+    value: bytes = client.get(heads_key) or b"|"  # type: ignore[assignment]
+    stamp, _, body = value.partition(b"|")
+    if how == "deleted":
+        client.delete(heads_key)
+    elif how == "stamp":  # as many headers, all of plain user messages
+        client.set(heads_key, b"0ther|" + b"U\x1e" * body.count(b"\x1e"))
+    elif how == "short":
+        client.set(heads_key, stamp + b"|" + body[: body.rfind(b"\x1e", 0, -1) + 1])
+
+
+@pytest.mark.parametrize("how", ["kept", "deleted", "stamp", "short"])
+@pytest.mark.parametrize("summary", [False, True])
+def test_an_append_without_trustworthy_heads_reads_the_window_and_writes_them_anew(
+    redis_server: tuple[redis.Redis, list[str]], how: str, summary: bool
+) -> None:
+    client, used = redis_server
+    app_id = f"heads-{uuid.uuid4().hex}"
+    used.append(app_id)
+    policy = WindowPolicy(max_messages=4, ttl_seconds=60)
+    in_redis, in_process = RedisWindowCache(client, policy), InProcessWindowCache(policy)
+    opening: list[Message] = [SystemMessage(text="summary")] if summary else []
+    rows: list[Message] = [
+        *opening,
+        UserMessage(text="q"),
+        AiMessage(text=None, tool_requests=[ToolRequest(id="c1", name="t", arguments="{}")]),
+    ]
+    entries = [counted(m) for m in rows]
+    if summary:  # a compaction's summary opens the window (kind M: never evicted)
+        entries[0] = entries[0]._replace(kind="M")
+    for cache in (in_redis, in_process):
+        assert cache.store(app_id, entries, [], cache.read(app_id).version, 0)
+    steps: list[list[Message]] = [
+        [ToolResult(id="c1", tool_name="t", text="r")],  # answers the open request
+        [  # evicts the front
+            AiMessage(text="a"),
+            UserMessage(text="q2"),
+            AiMessage(text=None, tool_requests=[ToolRequest(id="c2", name="t", arguments="{}")]),
+        ],
+        [AiMessage(text=None, tool_requests=[ToolRequest(id="c2", name="t", arguments="{}")])],
+    ]
+    for generation, batch in enumerate(steps):
+        lose_heads(client, app_id, how)
+        appended = [counted(m) for m in batch]
+        in_redis.append(app_id, appended, before=generation, after=generation + 1)
+        in_process.append(app_id, appended, before=generation, after=generation + 1)
+        assert in_redis.read(app_id).messages == in_process.read(app_id).messages
+        assert heads_in_step(client, app_id)
+    # the last step reused a call id the window holds: both dropped the window
+    assert in_redis.read(app_id).messages is None

@@ -210,7 +210,7 @@ def test_a_window_gone_or_stored_by_an_older_memstore_is_never_served_from_the_c
     one = entry_for(UserMessage(text="one"))
     assert cache.store("o", [one], [], cache.read("o").version, 1)
     assert cache.read("o").messages == [one.message]
-    window, _, _, origin, _ = keys.app_keys("o")
+    window, _, _, origin, _, _ = keys.app_keys("o")
     client.delete(window)  # expired a moment before its origin key
     assert cache.read("o").messages is None
     assert cache.store("o", [one], [], cache.read("o").version, 1)

@@ -15,8 +15,8 @@ writes it, APPEND keeps it in step. APPEND trusts it only while its stamp is the
 stamp (``origin``) and it has one header per entry; otherwise (a window stored or extended by
 a memstore that did not keep heads) APPEND reads the whole window as before and writes the
 heads anew, so a window never goes wrong for lack of them. Every script that drops a window
-drops them too. APPEND reads the ids of the window's requests and results, and the
-``interrupted`` set, only once an appended entry needs them (a request; a result).
+drops them too. APPEND looks a new request's call ids up in the heads (or, without them, in
+the window's ids, read once), and reads the ``interrupted`` set only once a result needs it.
 
 The ``generation`` key holds the app's SQL generation (``chat_app_generation``) the window
 reflects: STORE sets it to the generation the rebuild read after its rows; APPEND gets the
@@ -101,6 +101,7 @@ if #ARGV < 8 then
   redis.call('EXPIRE', KEYS[6], ttl)
   return 1
 end
+local heads_body = ''
 local function window_heads()
   if stored_stamp == '' then return nil end
   local value = redis.call('GET', KEYS[6])
@@ -108,11 +109,31 @@ local function window_heads()
   local bar = string.find(value, '|', 1, true)
   if not bar or string.sub(value, 1, bar - 1) ~= stored_stamp then return nil end
   local heads = {}
-  for head in string.gmatch(string.sub(value, bar + 1), '[^\30]*\30') do
+  heads_body = string.sub(value, bar + 1)
+  for head in string.gmatch(heads_body, '[^\30]*\30') do
     heads[#heads + 1] = head
   end
   if #heads ~= redis.call('LLEN', KEYS[1]) then return nil end
   return heads
+end
+local function in_heads(id)
+  -- whether a header of the window holds call id ``id``: found where an id starts (after
+  -- 0x1f, or after an R or T kind that opens a header) and ends (0x1f, 0x1d or 0x1e)
+  local from = 1
+  while true do
+    local first, last = string.find(heads_body, id, from, true)
+    if not first then return false end
+    local before = string.sub(heads_body, first - 1, first - 1)
+    local after = string.sub(heads_body, last + 1, last + 1)
+    if after == '\31' or after == '\29' or after == '\30' then
+      if before == '\31' then return true end
+      if (before == 'R' or before == 'T')
+          and (first == 2 or string.sub(heads_body, first - 2, first - 2) == '\30') then
+        return true
+      end
+    end
+    from = first + 1
+  end
 end
 local items = window_heads()
 local from_heads = items ~= nil
@@ -120,20 +141,22 @@ if not from_heads then items = redis.call('LRANGE', KEYS[1], 0, -1) end
 local count = #items
 local kinds = {}
 for k = 1, count do kinds[k] = string.sub(items[k], 1, 1) end
-local held = nil
-local function hold(e)
-  for part in string.gmatch(header(e), '[^\31]+') do held[part] = true end
-end
-local function holding()
-  if held == nil then  -- the call ids of the window's requests and results, on first need
+local first_new = count + 1
+local fresh = {}  -- call ids of the entries this append adds
+local held = nil  -- without heads: the window's call ids, read on first need
+local function is_held(id)
+  if fresh[id] then return true end
+  if from_heads then return in_heads(id) end
+  if held == nil then
     held = {}
-    for k = 1, count do
-      if kinds[k] == 'R' or kinds[k] == 'T' then hold(items[k]) end
+    for k = 1, first_new - 1 do
+      if kinds[k] == 'R' or kinds[k] == 'T' then
+        for part in string.gmatch(header(items[k]), '[^\31]+') do held[part] = true end
+      end
     end
   end
-  return held
+  return held[id] == true
 end
-local first_new = count + 1
 local interrupted = nil
 for i = 8, #ARGV do
   local e = ARGV[i]
@@ -164,7 +187,7 @@ for i = 8, #ARGV do
       count = count + 1
       items[count] = e
       kinds[count] = kind
-      if held ~= nil then held[id] = true end
+      fresh[id] = true
     end
   else
     local results = 0
@@ -181,11 +204,11 @@ for i = 8, #ARGV do
       if results < requested_count then return invalidate() end
     end
     if kind == 'R' then
-      holding()
-      for part in string.gmatch(header(e), '[^\31]+') do
-        if held[part] then return invalidate() end
+      local ids = header(e)
+      for part in string.gmatch(ids, '[^\31]+') do
+        if is_held(part) then return invalidate() end
       end
-      hold(e)
+      for part in string.gmatch(ids, '[^\31]+') do fresh[part] = true end
     end
     count = count + 1
     items[count] = e

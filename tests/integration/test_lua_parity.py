@@ -336,3 +336,53 @@ def test_an_append_without_trustworthy_heads_reads_the_window_and_writes_them_an
         assert heads_in_step(client, app_id)
     # the last step reused a call id the window holds: both dropped the window
     assert in_redis.read(app_id).messages is None
+
+
+@pytest.mark.parametrize("how", ["kept", "deleted"])
+def test_a_new_request_reusing_a_held_call_id_is_told_from_ids_that_only_contain_it(
+    redis_server: tuple[redis.Redis, list[str]], how: str
+) -> None:
+    """Call ids that are prefixes, suffixes or digits of others (and of the token counts in
+    the headers) are not held; an id the window holds is, whether APPEND reads the heads or
+    the whole window."""
+    client, used = redis_server
+    app_id = f"held-{uuid.uuid4().hex}"
+    used.append(app_id)
+    policy = WindowPolicy(max_messages=50, ttl_seconds=60, max_tokens=10_000)
+    in_redis, in_process = RedisWindowCache(client, policy), InProcessWindowCache(policy)
+
+    def request(*ids: str) -> AiMessage:
+        return AiMessage(
+            text=None, tool_requests=[ToolRequest(id=i, name="t", arguments="{}") for i in ids]
+        )
+
+    def result(call_id: str) -> ToolResult:
+        return ToolResult(id=call_id, tool_name="t", text="r")
+
+    rows: list[Message] = [
+        UserMessage(text="q"),
+        request("c12", "xc1", "Rc"),
+        result("c12"),
+        result("xc1"),
+        result("Rc"),
+        AiMessage(text="a"),
+    ]
+    entries = [counted(m) for m in rows]
+    assert all(e.tokens for e in entries)  # the headers carry token counts (digits)
+    for cache in (in_redis, in_process):
+        assert cache.store(app_id, entries, [], cache.read(app_id).version, 0)
+    generation = 0
+    for call_id in ["c1", "c", "1", "2", "12", "x", "R", "c12x", str(entries[1].tokens)]:
+        lose_heads(client, app_id, how)
+        batch = [counted(request(call_id)), counted(result(call_id))]
+        for cache in (in_redis, in_process):
+            cache.append(app_id, batch, before=generation, after=generation + 1)
+        generation += 1
+        window = in_redis.read(app_id).messages
+        assert window == in_process.read(app_id).messages
+        assert window is not None and window[-1] == result(call_id), call_id
+    lose_heads(client, app_id, how)
+    for cache in (in_redis, in_process):  # held: the window is dropped
+        cache.append(app_id, [counted(request("xc1"))], before=generation, after=generation + 1)
+    assert in_redis.read(app_id).messages is None
+    assert in_process.read(app_id).messages is None

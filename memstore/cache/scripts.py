@@ -55,8 +55,14 @@ local function stored_on(value)
 end
 """
 
+_HEAD_OF = r"""
+local function head_of(e) return string.sub(e, 1, string.find(e, '\30', 1, true)) end
+"""
+"""An entry's header with its 0x1e (what the ``heads`` key keeps of it)."""
+
 APPEND = (
     _ORIGIN
+    + _HEAD_OF
     + r"""
 local ttl = tonumber(ARGV[1])
 redis.call('INCR', KEYS[3])
@@ -265,7 +271,6 @@ end
 redis.call('EXPIRE', KEYS[1], ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ttl) end
 redis.call('SET', KEYS[4], here .. '|' .. ARGV[7], 'EX', ttl)
-local function head_of(e) return string.sub(e, 1, string.find(e, '\30', 1, true)) end
 local from_k = first_new
 if not from_heads then from_k = 1 end
 for k = math.max(from_k, skip + drop + 1), count do items[k] = head_of(items[k]) end
@@ -283,6 +288,7 @@ appended,
 
 STORE = (
     _ORIGIN
+    + _HEAD_OF
     + r"""
 local here = origin()
 local current = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
@@ -301,9 +307,7 @@ end
 if #ARGV >= first then
   redis.call('EXPIRE', KEYS[1], ttl)
   local heads = {}
-  for i = first, #ARGV do
-    heads[#heads + 1] = string.sub(ARGV[i], 1, string.find(ARGV[i], '\30', 1, true))
-  end
+  for i = first, #ARGV do heads[#heads + 1] = head_of(ARGV[i]) end
   redis.call('SET', KEYS[6], ARGV[4] .. '|' .. table.concat(heads), 'EX', ttl)
 end
 redis.call('SET', KEYS[4], here .. '|' .. ARGV[4], 'EX', ttl)

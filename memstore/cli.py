@@ -26,6 +26,8 @@ from memstore.errors import MemstoreError
 from memstore.ids import id_timestamp_ms
 from memstore.importers import SOURCES, SessionImport, convert, import_session
 from memstore.messages import Message, ToolResult
+from memstore.reload_workers import MAX_WORKERS as MAX_RELOAD_WORKERS
+from memstore.reload_workers import reload_in_workers
 from memstore.reports import DisplayEntry
 from memstore.sql import admin
 from memstore.store import MemoryStore
@@ -263,6 +265,13 @@ def _show_executions(store: MemoryStore, app_id: str, limit: int, fmt: str) -> N
     default=None,
     help="Messages per window (default MEMSTORE_RELOAD_MAX).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=MAX_RELOAD_WORKERS),
+    default=1,
+    show_default=True,
+    help="Processes rebuilding windows side by side (about one per free core).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 @database_option
 @redis_option
@@ -270,6 +279,7 @@ def reload(
     app_ids: tuple[str, ...],
     all_apps: bool,
     max_messages: int | None,
+    workers: int,
     as_json: bool,
     database_url: str | None,
     redis_url: str | None,
@@ -278,7 +288,8 @@ def reload(
 
     Without a Redis URL there is no shared cache to fill: the windows are rebuilt and checked
     (the report counts hold) but kept nowhere; the service's own in-process windows rebuild
-    themselves on their next miss.
+    themselves on their next miss. With --workers N, N processes rebuild the windows, each
+    with its own connections (the reports keep the apps' order).
     """
     with _open(database_url, redis_url) as store:
         apps = _apps(store, app_ids, all_apps)
@@ -296,8 +307,11 @@ def reload(
         reports: list[dict[str, Any]] = []
         try:
             with operations.bulk_collection():
-                reloaded = operations.reload_apps(
-                    store, _walk(store, apps, "reloading"), max_messages
+                walk = _walk(store, apps, "reloading")
+                reloaded = (
+                    operations.reload_apps(store, walk, max_messages)
+                    if workers == 1
+                    else reload_in_workers(store.settings, walk, max_messages, workers=workers)
                 )
                 for report in reloaded:
                     if not all_apps:

@@ -10,6 +10,8 @@ never surface: the cache degrades to SQL and logs a warning instead.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 
@@ -22,6 +24,19 @@ class MemstoreError(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with every field (kind, code, line...) rather than re-run through
+        # ``__init__``, whose keyword-only fields plain exception pickling would drop or miss:
+        # errors keep their type and fields across processes (``memstore reload --workers``).
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[MemstoreError], args: tuple[Any, ...], fields: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(fields)
+    return error
 
 
 class ConfigurationError(MemstoreError):

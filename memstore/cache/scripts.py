@@ -88,12 +88,6 @@ local function entry_tokens(e)
   if t then return tonumber(string.sub(h, t + 1)) or 0 end
   return 0
 end
-local function requested(ids, id)
-  for part in string.gmatch(ids, '[^\31]+') do
-    if part == id then return true end
-  end
-  return false
-end
 local function invalidate()
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6])
   return -1
@@ -163,6 +157,30 @@ local function is_held(id)
   end
   return held[id] == true
 end
+local heads_at = {}  -- the header (call ids) of entry k, taken apart once
+local function head_at(k)
+  local h = heads_at[k]
+  if h == nil then
+    h = header(items[k])
+    heads_at[k] = h
+  end
+  return h
+end
+local calls_at, calls_count = {}, {}  -- request k's call ids as a set, and how many
+local function calls_of(k)
+  local calls = calls_at[k]
+  if calls == nil then
+    calls = {}
+    local n = 0
+    for part in string.gmatch(head_at(k), '[^\31]+') do
+      calls[part] = true
+      n = n + 1
+    end
+    calls_at[k] = calls
+    calls_count[k] = n
+  end
+  return calls
+end
 local interrupted = nil
 for i = 8, #ARGV do
   local e = ARGV[i]
@@ -180,9 +198,9 @@ for i = 8, #ARGV do
       if idx < 1 then
         verdict = 'invalidate'
       elseif kinds[idx] == 'T' then
-        if header(items[idx]) == id then verdict = 'skip' end
+        if head_at(idx) == id then verdict = 'skip' end
         idx = idx - 1
-      elseif kinds[idx] == 'R' and requested(header(items[idx]), id) then
+      elseif kinds[idx] == 'R' and calls_of(idx)[id] then
         verdict = 'append'
       else
         verdict = 'invalidate'
@@ -193,6 +211,7 @@ for i = 8, #ARGV do
       count = count + 1
       items[count] = e
       kinds[count] = kind
+      heads_at[count] = id
       fresh[id] = true
     end
   else
@@ -203,22 +222,20 @@ for i = 8, #ARGV do
       idx = idx - 1
     end
     if idx >= 1 and kinds[idx] == 'R' then
-      local requested_count = 0
-      for _ in string.gmatch(header(items[idx]), '[^\31]+') do
-        requested_count = requested_count + 1
-      end
-      if results < requested_count then return invalidate() end
+      calls_of(idx)
+      if results < calls_count[idx] then return invalidate() end
     end
+    count = count + 1
+    items[count] = e
+    kinds[count] = kind
     if kind == 'R' then
       local ids = header(e)
+      heads_at[count] = ids
       for part in string.gmatch(ids, '[^\31]+') do
         if is_held(part) then return invalidate() end
       end
       for part in string.gmatch(ids, '[^\31]+') do fresh[part] = true end
     end
-    count = count + 1
-    items[count] = e
-    kinds[count] = kind
   end
 end
 local skip = 0

@@ -85,6 +85,13 @@ def redis_store(engine: Engine, client: object, **settings: Any) -> MemoryStore:
     return MemoryStore(chosen, engine=engine, cache=cache)
 
 
+def assert_appends_extend(store: MemoryStore, app: str) -> None:
+    """A window stored at the app's generation is extended by the next append (the generation
+    guard continues it) and stays the window read from SQL."""
+    store.append(app, [UserMessage(text="later")])
+    assert store.cache.read(app).messages == store.load_window(app, WINDOW)
+
+
 def test_a_batch_reload_stores_what_one_by_one_reloads_store(
     engine: Engine, client: fakeredis.FakeRedis
 ) -> None:
@@ -109,10 +116,7 @@ def test_a_batch_reload_stores_what_one_by_one_reloads_store(
             assert windows[app] == expected
         assert windows[f"{run}-widened"] is not None and len(windows[f"{run}-widened"]) > WINDOW
         assert generations[f"{run}-plain"] is not None  # stored at the app's generation
-        store.append(f"{run}-plain", [UserMessage(text="later")])  # the guard continues it
-        assert store.cache.read(f"{run}-plain").messages == store.load_window(
-            f"{run}-plain", WINDOW
-        )
+        assert_appends_extend(store, f"{run}-plain")
     finally:
         client.delete(*(key for app in apps for key in keys.app_keys(app)))
         store.close()

@@ -24,7 +24,7 @@ from memstore.messages import Message, UserMessage
 from memstore.reload_workers import reload_in_workers
 from memstore.sql.engine import make_engine
 from tests.conftest import REDIS_URL, SESSION_WORKER_ID, migrated_engine, redis_client
-from tests.integration.test_redis_reload import WINDOW, histories
+from tests.integration.test_redis_reload import WINDOW, assert_appends_extend, histories
 
 
 @pytest.fixture(params=["sqlite", "postgres", "mysql"])
@@ -74,10 +74,7 @@ def test_workers_store_the_windows_one_process_stores(engine: Engine) -> None:
         assert {app: store.cache.read(app).messages for app in apps} == windows
         for app, messages in apps.items():
             assert windows[app] == (store.load_window(app, WINDOW) if messages else None)
-        store.append(f"{run}-plain", [UserMessage(text="later")])  # the guard continues it
-        assert store.cache.read(f"{run}-plain").messages == store.load_window(
-            f"{run}-plain", WINDOW
-        )
+        assert_appends_extend(store, f"{run}-plain")
     finally:
         client.delete(*(key for app in apps for key in keys.app_keys(app)))
         store.close()

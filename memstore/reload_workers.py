@@ -26,7 +26,7 @@ from itertools import islice
 from sqlalchemy.engine import make_url
 
 from memstore.config import Settings
-from memstore.core.inputs import MAX_WINDOW_MESSAGES
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
 from memstore.core.plans import positive
 from memstore.errors import ConfigurationError, MemstoreError
 from memstore.reports import ReloadReport
@@ -47,16 +47,18 @@ _store: MemoryStore | None = None
 
 def reload_in_workers(
     settings: Settings,
-    app_ids: Iterable[str],
+    app_ids: Iterable[str | int],
     max_messages: int | None = None,
     *,
     workers: int,
     chunk_apps: int = CHUNK_APPS,
 ) -> Iterator[ReloadReport]:
-    """Reload the windows of ``app_ids`` (normalized) in ``workers`` processes, each with its
-    own store opened from ``settings`` (without ``redis_url``: windows are rebuilt and checked,
-    stored nowhere, as ``memstore reload`` does without Redis). Reports come in the order of
-    ``app_ids``.
+    """Reload the windows of ``app_ids`` in ``workers`` processes, each with its own store
+    opened from ``settings`` (without ``redis_url``: windows are rebuilt and checked, stored
+    nowhere, as ``memstore reload`` does without Redis). Reports come in the order of
+    ``app_ids``. Ids are normalized as they are handed out (an int becomes its decimal
+    string); a bad one raises :class:`InvalidAppIdError` when the hand-out reaches it, and no
+    app after it is reloaded.
 
     Raises, before any process starts, :class:`ConfigurationError` for ``workers`` outside
     1-64, a ``chunk_apps`` below 1 or an in-memory SQLite database (each process would open
@@ -78,7 +80,8 @@ def reload_in_workers(
         )
     if isinstance(app_ids, Sized):
         chunk_apps = max(1, min(chunk_apps, -(-len(app_ids) // workers)))
-    return _reports(settings, iter(app_ids), max_messages, workers, chunk_apps)
+    apps = (normalize_app_id(app_id) for app_id in app_ids)
+    return _reports(settings, apps, max_messages, workers, chunk_apps)
 
 
 def _reports(

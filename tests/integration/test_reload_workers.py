@@ -19,7 +19,13 @@ from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
-from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError, SchemaError
+from memstore.errors import (
+    ConfigurationError,
+    InvalidAppIdError,
+    InvalidInputError,
+    MemstoreError,
+    SchemaError,
+)
 from memstore.messages import Message, UserMessage
 from memstore.reload_workers import reload_in_workers
 from memstore.sql.engine import make_engine
@@ -143,3 +149,14 @@ def test_a_worker_that_dies_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(MemstoreError, match="reload worker process ended unexpectedly"):
         for _report in reports:
             pass
+
+
+def test_app_ids_are_normalized_and_a_bad_one_is_a_typed_error(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'n.db'}")
+    with MemoryStore(settings, cache=NoWindowCache()) as store:
+        store.migrate()
+        store.append(42, [UserMessage(text="hi")])
+    reports = list(reload_in_workers(settings, [42, "42"], workers=2))
+    assert [(r.app_id, r.messages) for r in reports] == [("42", 1), ("42", 1)]
+    with pytest.raises(InvalidAppIdError):
+        list(reload_in_workers(settings, ["42", "bad\x00id"], workers=2, chunk_apps=1))

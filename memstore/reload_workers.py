@@ -67,6 +67,9 @@ def reload_in_workers(
     a worker process that dies raises :class:`MemstoreError`. Windows already stored stay
     stored; the windows of the apps not reported are kept or dropped (then rebuilt on their
     next read).
+
+    The workers are started with ``spawn``, which imports the calling program's main module
+    again in each of them: in a script, call this under ``if __name__ == "__main__":``.
     """
     if not 1 <= workers <= MAX_WORKERS:
         raise ConfigurationError(f"workers must be between 1 and {MAX_WORKERS}")

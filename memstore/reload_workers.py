@@ -25,10 +25,12 @@ from itertools import islice
 
 from sqlalchemy.engine import make_url
 
+from memstore.cache.memory_cache import NoWindowCache
 from memstore.config import Settings
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
 from memstore.core.plans import positive
 from memstore.errors import ConfigurationError, MemstoreError
+from memstore.operations import bulk_collection, reload_apps
 from memstore.reports import ReloadReport
 from memstore.store import RELOAD_BATCH, MemoryStore
 
@@ -111,8 +113,8 @@ def _reports(
                 yield from pending.popleft().result()
         except BrokenProcessPool as error:
             raise MemstoreError(
-                "a reload worker process ended unexpectedly; the apps not yet reported were "
-                "not reloaded"
+                "a reload worker process ended unexpectedly; the apps not yet reported may "
+                "not have been reloaded"
             ) from error
         finally:
             for future in pending:
@@ -133,8 +135,6 @@ def _start_worker(settings: Settings) -> None:
     opened by the first chunk, so an error opening it reaches the parent with its type."""
     global _settings
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from memstore.operations import bulk_collection
-
     bulk_collection().__enter__()  # for the process's whole life: it does nothing else
     _settings = settings
 
@@ -146,14 +146,10 @@ def _worker_store() -> MemoryStore:
         if _settings.redis_url:
             _store = MemoryStore(_settings)
         else:
-            from memstore.cache.memory_cache import NoWindowCache
-
             _store = MemoryStore(_settings, cache=NoWindowCache())
         multiprocessing.util.Finalize(None, _store.close, exitpriority=10)
     return _store
 
 
 def _reload_chunk(app_ids: list[str], max_messages: int | None) -> list[ReloadReport]:
-    from memstore.operations import reload_apps
-
     return list(reload_apps(_worker_store(), app_ids, max_messages))

@@ -23,8 +23,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from itertools import islice
 
-from sqlalchemy.engine import make_url
-
 from memstore.cache.memory_cache import NoWindowCache
 from memstore.config import Settings
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
@@ -32,6 +30,7 @@ from memstore.core.plans import positive
 from memstore.errors import ConfigurationError, MemstoreError
 from memstore.operations import bulk_collection, reload_apps
 from memstore.reports import ReloadReport
+from memstore.sql.engine import is_memory_sqlite
 from memstore.store import RELOAD_BATCH, MemoryStore
 
 CHUNK_APPS = 5 * RELOAD_BATCH
@@ -79,7 +78,7 @@ def reload_in_workers(
         raise ConfigurationError("chunk_apps must be 1 or more")
     if max_messages is not None:
         max_messages = positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
-    if _in_memory_sqlite(settings.database_url):
+    if is_memory_sqlite(settings.database_url):
         raise ConfigurationError(
             "an in-memory SQLite database cannot be shared with worker processes"
         )
@@ -119,14 +118,6 @@ def _reports(
         finally:
             for future in pending:
                 future.cancel()
-
-
-def _in_memory_sqlite(database_url: str) -> bool:
-    url = make_url(database_url)
-    if url.get_backend_name() != "sqlite":
-        return False
-    database = url.database or ""
-    return database in ("", ":memory:") or url.query.get("mode") == "memory"
 
 
 def _start_worker(settings: Settings) -> None:

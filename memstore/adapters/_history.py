@@ -69,7 +69,7 @@ from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
 from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
-from memstore.sql.engine import translated_errors
+from memstore.sql.engine import is_memory_sqlite, translated_errors
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
@@ -438,7 +438,7 @@ def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
         if twin is not None:
             return twin
         url = store.engine.url
-        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        if is_memory_sqlite(url):
             raise ConfigurationError(
                 "this AsyncMemoryStore uses an in-memory SQLite database, which only its own "
                 "event loop can reach; use a file database, or pass a MemoryStore"

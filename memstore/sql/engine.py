@@ -45,7 +45,7 @@ def sqlite_options(url: URL, *, is_async: bool = False, **connect_args: Any) -> 
     module when threads use it at once.
     """
     options: dict[str, Any] = {"connect_args": {"timeout": 30, **connect_args}}
-    if _in_memory(url):
+    if is_memory_sqlite(url):
         options["poolclass"] = AsyncAdaptedQueuePool if is_async else QueuePool
         options["pool_size"] = 1
         options["max_overflow"] = 0
@@ -56,7 +56,7 @@ def sqlite_options(url: URL, *, is_async: bool = False, **connect_args: Any) -> 
 def install_sqlite_pragmas(engine: Engine, url: URL) -> None:
     """WAL (file databases) and a busy timeout on every new connection, so several processes
     can write to one file."""
-    in_memory = _in_memory(url)
+    in_memory = is_memory_sqlite(url)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -67,8 +67,14 @@ def install_sqlite_pragmas(engine: Engine, url: URL) -> None:
         cursor.close()
 
 
-def _in_memory(url: URL) -> bool:
-    return url.database in (None, "", ":memory:")
+def is_memory_sqlite(url: URL | str) -> bool:
+    """Whether ``url`` names a SQLite database that lives in memory (``sqlite://``,
+    ``:memory:``, or a ``file:`` URI with ``mode=memory``): one connection's (or one process's)
+    alone."""
+    url = make_url(url)
+    if url.get_backend_name() != "sqlite":
+        return False
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
 def install_idle_ping(engine: Engine, idle_seconds: float = PING_AFTER_IDLE_SECONDS) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memstore.sql.engine import is_memory_sqlite
 from memstore.sql.fastread import Statement, sqlite_reads
 
 
@@ -78,15 +79,10 @@ class InlineSqliteReads:
         dialect = engine.dialect
         if dialect.name != "sqlite" or dialect.driver != "aiosqlite":
             return None
+        if is_memory_sqlite(engine.url):
+            return None
         args, options = dialect.create_connect_args(engine.url)
         database = str(args[0]) if args else ""
-        in_memory = (
-            database in ("", ":memory:")
-            or options.get("check_same_thread") is True  # SQLAlchemy's mark of a memory database
-            or (bool(options.get("uri")) and "mode=memory" in database)
-        )
-        if in_memory:
-            return None
         kept = {key: options[key] for key in ("uri",) if key in options}
         return cls(database, kept)
 

@@ -84,6 +84,7 @@ def test_workers_store_the_windows_one_process_stores(engine: Engine) -> None:
     finally:
         client.delete(*(key for app in apps for key in keys.app_keys(app)))
         store.close()
+        client.close()
 
 
 def test_without_redis_workers_rebuild_check_and_report(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Thread and task safety on every URL, ``sqlite:///:memory:`` included (issue 9, item 2).
+"""Thread and task safety on every URL, ``sqlite:///:memory:`` included (issue 9, item 2), and
+``file:`` URIs with ``mode=memory`` (each thread had a database of its own before they were
+recognized as memory databases).
 
 Before the fix, an in-memory SQLite store handed its one connection to every thread at once:
 transactions of different threads interleaved on it and the sqlite3 module raised
@@ -47,6 +49,9 @@ def assert_complete(window: list[Message], turns: int) -> None:
 def url_for(name: str, tmp_path: Path) -> str:
     if name == "memory":
         return "sqlite:///:memory:"
+    if name.startswith("memory-uri"):  # a file: URI naming a memory database
+        shared = "&cache=shared" if name.endswith("shared") else ""
+        return f"sqlite:///file:threads-{uuid.uuid4().hex}?mode=memory{shared}&uri=true"
     if name == "file":
         return f"sqlite:///{tmp_path / 'threads.db'}"
     url = POSTGRES_URL if name == "postgres" else MYSQL_URL
@@ -81,7 +86,9 @@ def append_from_threads(store: MemoryStore) -> None:
         assert len(store.history(app, limit=1000)) == TURNS * 2  # user row + ai row
 
 
-@pytest.mark.parametrize("database", ["memory", "file", "postgres", "mysql"])
+@pytest.mark.parametrize(
+    "database", ["memory", "memory-uri", "memory-uri-shared", "file", "postgres", "mysql"]
+)
 def test_threads_appending_at_once_lose_nothing(database: str, tmp_path: Path) -> None:
     for _ in range(ROUNDS):
         settings = Settings(database_url=url_for(database, tmp_path), worker_id=SESSION_WORKER_ID)

@@ -141,6 +141,15 @@ if not from_heads then items = redis.call('LRANGE', KEYS[1], 0, -1) end
 local count = #items
 local kinds = {}
 for k = 1, count do kinds[k] = string.sub(items[k], 1, 1) end
+local heads_at = {}  -- the header (call ids) of entry k, taken apart once
+local function head_at(k)
+  local h = heads_at[k]
+  if h == nil then
+    h = header(items[k])
+    heads_at[k] = h
+  end
+  return h
+end
 local first_new = count + 1
 local fresh = {}  -- call ids of the entries this append adds
 local held = nil  -- without heads: the window's call ids, read on first need
@@ -151,20 +160,11 @@ local function is_held(id)
     held = {}
     for k = 1, first_new - 1 do
       if kinds[k] == 'R' or kinds[k] == 'T' then
-        for part in string.gmatch(header(items[k]), '[^\31]+') do held[part] = true end
+        for part in string.gmatch(head_at(k), '[^\31]+') do held[part] = true end
       end
     end
   end
   return held[id] == true
-end
-local heads_at = {}  -- the header (call ids) of entry k, taken apart once
-local function head_at(k)
-  local h = heads_at[k]
-  if h == nil then
-    h = header(items[k])
-    heads_at[k] = h
-  end
-  return h
 end
 local calls_at, calls_count = {}, {}  -- request k's call ids as a set, and how many
 local function calls_of(k)

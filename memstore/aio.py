@@ -28,9 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar
-
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache, AsyncWindowCache
 from memstore.cache.base import WindowPolicy
@@ -97,6 +95,9 @@ from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck
 from memstore.sql.schema import display, original
 from memstore.store_base import StoreBase, Summarizer, collecting_skips
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 logger = logging.getLogger("memstore")
 

@@ -159,13 +159,13 @@ def _sql_sessions(
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-    from memstore.adapters._history import _sync_url
+    from memstore.sql.engine import sync_url
 
     columns = ["id", "session_id", data_column] + ([stamp_column] if stamp_column else [])
     source = sa.table(_plain_name(table), *(sa.column(_plain_name(name)) for name in columns))
     stamp = source.c[stamp_column] if stamp_column else sa.null()
     try:
-        engine = sa.create_engine(_sync_url(make_url(url)))
+        engine = sa.create_engine(sync_url(make_url(url)))
     except (ArgumentError, ImportError, ValueError) as error:
         raise ImportSourceError(f"cannot open the source URL ({type(error).__name__})") from None
     try:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from memstore.errors import MissingExtraError
+from memstore.extras import missing_extra
 
 COUNTERS: tuple[str, ...] = (
     "cache_hits",
@@ -120,13 +120,7 @@ def otel_listener(
         try:
             from opentelemetry import metrics as otel_metrics
         except ImportError as error:
-            install = "pip install 'memstore[otel]'"
-            raise MissingExtraError(
-                f"OpenTelemetry export needs opentelemetry-api, which is not installed; "
-                f"install it with: {install}",
-                extra="otel",
-                install=install,
-            ) from error
+            raise missing_extra("OpenTelemetry export", "otel", error) from error
         from memstore import __version__
 
         meter = otel_metrics.get_meter("memstore", __version__)

@@ -39,17 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeGuard, TypeVar, Union
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Connection
 
-from memstore.aio import AsyncMemoryStore
 from memstore.cache.aio import AsyncInProcessWindowCache
 from memstore.core.crypto import RowCipher
 from memstore.core.display import ToolFormatter, display_drafts
@@ -69,7 +69,7 @@ from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
 from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
-from memstore.sql.engine import is_memory_sqlite, translated_errors
+from memstore.sql.engine import is_memory_sqlite, sync_url, translated_errors
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
@@ -87,7 +87,21 @@ from memstore.store import MemoryStore
 
 T = TypeVar("T")
 
-Store = MemoryStore | AsyncMemoryStore
+if TYPE_CHECKING:
+    from memstore.aio import AsyncMemoryStore
+
+# The async store needs the ``async`` extra: adapters name it lazily (see is_async_store).
+Store: TypeAlias = Union[MemoryStore, "AsyncMemoryStore"]
+
+
+def is_async_store(store: object) -> TypeGuard[AsyncMemoryStore]:
+    """Whether ``store`` is an :class:`~memstore.aio.AsyncMemoryStore`, without importing
+    :mod:`memstore.aio` (which needs the ``async`` extra): no instance can exist before it is
+    imported."""
+    aio = sys.modules.get("memstore.aio")
+    return aio is not None and isinstance(store, aio.AsyncMemoryStore)
+
+
 """What the adapters accept as ``store``."""
 
 Shrink = Callable[[Message], "Message | Literal[False] | None"]
@@ -390,8 +404,6 @@ _HOME_LOOPS: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 _TWINS: weakref.WeakKeyDictionary[AsyncMemoryStore, MemoryStore] = weakref.WeakKeyDictionary()
 
-_SYNC_DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg", "mysql": "pymysql"}
-
 
 def claim_home_loop(store: AsyncMemoryStore) -> None:
     """Make the running loop ``store``'s home loop unless it already has one (or none runs)."""
@@ -418,14 +430,6 @@ def _on_home_loop(store: AsyncMemoryStore) -> bool:
         return home() is loop
 
 
-def _sync_url(url: URL) -> URL:
-    backend = url.get_backend_name()
-    driver = _SYNC_DRIVERS.get("mysql" if backend == "mariadb" else backend)
-    if driver is None:
-        raise ConfigurationError(f"no synchronous driver known for the {backend!r} database")
-    return url.set(drivername=f"{backend}+{driver}")
-
-
 def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
     """The synchronous store on ``store``'s database and window cache (built once per store).
 
@@ -444,7 +448,7 @@ def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
                 "event loop can reach; use a file database, or pass a MemoryStore"
             )
         settings = store.settings.model_copy(
-            update={"database_url": _sync_url(url).render_as_string(hide_password=False)}
+            update={"database_url": sync_url(url).render_as_string(hide_password=False)}
         )
         if isinstance(store.cache, AsyncInProcessWindowCache):
             # The async in-process cache wraps a thread-safe sync one: share it, so both
@@ -499,12 +503,12 @@ class StoreAccess:
     """
 
     def __init__(self, store: Store) -> None:
-        if not isinstance(store, (MemoryStore, AsyncMemoryStore)):
+        if not isinstance(store, MemoryStore) and not is_async_store(store):
             raise ConfigurationError(
                 f"store must be a MemoryStore or an AsyncMemoryStore, got {type(store).__name__}"
             )
         self.store = store
-        if isinstance(store, AsyncMemoryStore):
+        if is_async_store(store):
             claim_home_loop(store)
 
     @property
@@ -519,7 +523,7 @@ class StoreAccess:
 
     def _native(self) -> AsyncMemoryStore | None:
         store = self.store
-        if isinstance(store, AsyncMemoryStore) and _on_home_loop(store):
+        if is_async_store(store) and _on_home_loop(store):
             return store
         return None
 

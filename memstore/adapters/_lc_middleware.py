@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
-from memstore.adapters._extras import missing_extra
+from memstore.extras import missing_extra
 
 try:
     from langchain.agents.middleware.types import (
@@ -50,11 +50,12 @@ try:
     from langgraph.runtime import Runtime
     from typing_extensions import NotRequired
 except ImportError as error:
-    raise missing_extra("langchain", error) from error
+    raise missing_extra(
+        "memstore.adapters.langchain.MemstoreMiddleware", "langchain", error
+    ) from error
 
-from memstore.adapters._history import Store, StoreAccess
+from memstore.adapters._history import Store, StoreAccess, is_async_store
 from memstore.adapters._lc_pending import awrite_pending, pending, window_messages, write_pending
-from memstore.aio import AsyncMemoryStore
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.plans import positive
 from memstore.errors import ConfigurationError, InvalidAppIdError
@@ -160,7 +161,7 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         keys: KeyFunction | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(store, (MemoryStore, AsyncMemoryStore)):
+        if not isinstance(store, MemoryStore) and not is_async_store(store):
             raise ConfigurationError(
                 f"store must be a MemoryStore or an AsyncMemoryStore, got {type(store).__name__}"
             )
@@ -181,7 +182,7 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         return app_id, normalize_user_id(found.user_id)
 
     def _sync_access(self) -> StoreAccess:
-        if isinstance(self.store, AsyncMemoryStore):
+        if is_async_store(self.store):
             raise _wrong_store(
                 "AsyncMemoryStore", "ainvoke/astream", "MemoryStore", "invoke/stream"
             )

@@ -21,7 +21,14 @@ import uuid
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from memstore.extras import missing_extra
+
+try:
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+except ImportError as error:
+    raise missing_extra(
+        "memstore.adapters.langchain.MemstoreMiddleware", "langchain", error
+    ) from error
 
 from memstore.adapters._history import OPAQUE_MARK, StoreAccess
 from memstore.adapters.langchain import FOREIGN_KEY, LANGCHAIN_KEY, from_canonical, to_canonical

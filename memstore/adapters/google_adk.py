@@ -54,7 +54,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from memstore.adapters._extras import missing_extra
+from memstore.extras import missing_extra
 
 try:
     from google.adk.errors import StaleSessionError
@@ -71,7 +71,7 @@ try:
     from google.adk.sessions.state import State
     from google.genai import types
 except ImportError as error:
-    raise missing_extra("google-adk", error) from error
+    raise missing_extra(__name__, "google-adk", error) from error
 
 from memstore.adapters._history import Store, StoreAccess, _finish, insert_messages, opaque
 from memstore.core.inputs import normalize_user_id

@@ -57,7 +57,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memstore.adapters._extras import missing_extra
+from memstore.extras import missing_extra
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -73,7 +73,7 @@ try:
     from langchain_core.messages import SystemMessage as LcSystemMessage
     from langchain_core.messages.tool import invalid_tool_call, tool_call
 except ImportError as error:
-    raise missing_extra("langchain", error) from error
+    raise missing_extra(__name__, "langchain", error) from error
 
 from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id

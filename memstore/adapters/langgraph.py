@@ -29,7 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from memstore.adapters._extras import missing_extra
+from memstore.extras import missing_extra
 
 try:
     from langchain_core.messages import BaseMessage
@@ -42,7 +42,7 @@ try:
         CheckpointTuple,
     )
 except ImportError as error:
-    raise missing_extra("langchain", error) from error
+    raise missing_extra(__name__, "langchain", error) from error
 
 from memstore.adapters._history import Store, StoreAccess
 from memstore.adapters._lc_pending import awrite_pending, pending, write_pending

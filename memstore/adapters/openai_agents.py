@@ -61,13 +61,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from memstore.adapters._extras import missing_extra
+from memstore.extras import missing_extra
 
 try:
     from agents.items import TResponseInputItem
     from agents.memory import SessionABC
 except ImportError as error:
-    raise missing_extra("openai-agents", error) from error
+    raise missing_extra(__name__, "openai-agents", error) from error
 
 if TYPE_CHECKING:
     from agents.memory import SessionSettings

@@ -61,7 +61,7 @@ from pydantic import TypeAdapter
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from memstore.adapters._extras import missing_extra
+from memstore.extras import missing_extra
 
 try:
     from pydantic_ai.conversation_store import (
@@ -82,7 +82,7 @@ try:
         UserPromptPart,
     )
 except ImportError as error:
-    raise missing_extra("pydantic-ai", error) from error
+    raise missing_extra(__name__, "pydantic-ai", error) from error
 
 from memstore.adapters._history import (
     Store,

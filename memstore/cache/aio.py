@@ -150,12 +150,14 @@ def make_async_client(
         return cluster, []
     if target.kind == "sentinel":
         assert target.master_name is not None
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        connection: dict[str, Any] = {**_credentials(target), **options}
+        if target.tls:
+            connection["ssl"] = True
+        # redis-py 8.2 typed Sentinel; older releases did not
+        sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(target.nodes),
             sentinel_kwargs={**options, "ssl": target.tls} if target.tls else dict(options),
-            **_credentials(target),
-            **options,
-            **({"ssl": True} if target.tls else {}),
+            **connection,
         )
         client: aioredis.Redis = sentinel.master_for(target.master_name, db=target.db)
         return client, list(sentinel.sentinels)

@@ -87,14 +87,16 @@ def make_client(
         return cluster, []
     if target.kind == "sentinel":
         assert target.master_name is not None
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        connection: dict[str, Any] = {**_credentials(target), **options}
+        if target.tls:
+            connection["ssl"] = True
+        # redis-py 8.2 typed Sentinel; older releases did not
+        sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(target.nodes),
             sentinel_kwargs={**options, "ssl": target.tls} if target.tls else dict(options),
-            **_credentials(target),
-            **options,
-            **({"ssl": True} if target.tls else {}),
+            **connection,
         )
-        client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)  # type: ignore[no-untyped-call]
+        client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)  # type: ignore[no-untyped-call, unused-ignore]
         return client, list(sentinel.sentinels)
     return redis.Redis.from_url(target.url, **options), []
 

@@ -27,7 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memstore.errors import DecryptionError, EncryptionError, MissingExtraError, UnknownKeyError
+from memstore.errors import DecryptionError, EncryptionError, UnknownKeyError
+from memstore.extras import missing_extra
 
 ENVELOPE_PREFIX = "\x01ms1:"
 """Marks a sealed value (version 1 of the envelope)."""
@@ -152,13 +153,8 @@ class RowCipher:
         if keys:
             try:
                 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-            except ImportError:
-                raise MissingExtraError(
-                    "MEMSTORE_ENCRYPTION_KEYS is set but the 'cryptography' package is not "
-                    "installed: pip install 'memstore[crypto]'",
-                    extra="crypto",
-                    install="pip install 'memstore[crypto]'",
-                ) from None
+            except ImportError as error:
+                raise missing_extra("MEMSTORE_ENCRYPTION_KEYS", "crypto", error) from None
             self._aeads = {key.key_id: AESGCM(key.key) for key in keys}
 
     def __repr__(self) -> str:

@@ -3,6 +3,11 @@
 URLs are mapped to an asyncio driver: ``sqlite`` -> aiosqlite, ``postgresql`` -> psycopg 3
 (async mode), ``mysql``/``mariadb`` -> asyncmy. An explicit async driver
 (``postgresql+asyncpg``, ``mysql+aiomysql``...) is kept.
+
+Importing this module needs greenlet, on which SQLAlchemy's asyncio layer runs (the ``async``
+and ``asyncpg`` extras install it); without it the import raises
+:class:`~memstore.errors.MissingExtraError`. It is the only module that loads
+``sqlalchemy.ext.asyncio`` at run time; the others name its types for annotations only.
 """
 
 from __future__ import annotations
@@ -13,7 +18,16 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from memstore.extras import missing_extra
+
+try:
+    # SQLAlchemy 2.1 checks for greenlet when its asyncio layer is imported, 2.0 only when a
+    # statement first runs: ask for it here, so both fail at once, typed.
+    import greenlet  # noqa: F401
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+except ImportError as error:
+    raise missing_extra("AsyncMemoryStore", "async", error) from error
 
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
@@ -31,6 +45,7 @@ from memstore.sql.direct import (
 )
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
+    driver_imports,
     install_idle_ping,
     install_sqlite_pragmas,
     is_dead_connection,
@@ -66,7 +81,7 @@ _ASYNC_DRIVERS = {
     "sqlite": "aiosqlite",
     "postgresql": "psycopg",
     "mysql": "asyncmy",
-    "mariadb": "aiomysql",
+    "mariadb": "asyncmy",
 }
 _SYNC_ONLY = {"pysqlite", "psycopg2", "pymysql", "mysqldb", "mysqlconnector", ""}
 
@@ -105,13 +120,15 @@ _AIOSQLITE_FILTER = _NoStatementArguments()
 def make_async_engine(url: str) -> AsyncEngine:
     """An async engine with the same per-database settings as :func:`make_engine`."""
     target = async_url(url)
-    if target.get_backend_name() != "sqlite":
-        engine = create_async_engine(target, **ENGINE_OPTIONS)
-        install_idle_ping(engine.sync_engine)
-        return engine
+    with driver_imports(target, "AsyncMemoryStore"):
+        if target.get_backend_name() != "sqlite":
+            engine = create_async_engine(target, **ENGINE_OPTIONS)
+            install_idle_ping(engine.sync_engine)
+            return engine
+        options = sqlite_options(target, is_async=True)
+        engine = create_async_engine(target, **ENGINE_OPTIONS, **options)
     if target.get_driver_name() == "aiosqlite":
         logging.getLogger("aiosqlite").addFilter(_AIOSQLITE_FILTER)  # a set: added once
-    engine = create_async_engine(target, **ENGINE_OPTIONS, **sqlite_options(target, is_async=True))
     install_sqlite_pragmas(engine.sync_engine, target)
     return engine
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.export import (
@@ -47,6 +46,9 @@ from memstore.sql.lifecycle import (
     snapshot_query,
 )
 from memstore.sql.schema import original
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 async def iter_app_ids(engine: AsyncEngine, page: int = APP_PAGE) -> AsyncIterator[str]:

@@ -34,12 +34,11 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only, greenlet_spawn
 
 from memstore.core.crypto import RowCipher
@@ -60,6 +59,9 @@ from memstore.sql.repository import (
     written_in,
 )
 from memstore.sql.schema import app_generation, display, original
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 SQLITE_DRIVERS = ("pysqlite", "aiosqlite")
 PSYCOPG_DRIVERS = ("psycopg", "psycopg_async")

@@ -1,4 +1,10 @@
-"""Engine creation and driver-error translation."""
+"""Engine creation and driver-error translation.
+
+A URL without a driver gets the one memstore's extra installs (``sqlite`` -> the standard
+library's sqlite3, ``postgresql`` -> psycopg 3, ``mysql``/``mariadb`` -> PyMySQL); an explicit
+synchronous driver is kept. A driver that is not installed raises
+:class:`~memstore.errors.MissingExtraError` naming the extra, never the driver's ImportError.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ from memstore.core.db_errors import (
     classify,
     describe,
 )
-from memstore.errors import IdCollisionError, SchemaError, StorageError
+from memstore.errors import ConfigurationError, IdCollisionError, SchemaError, StorageError
+from memstore.extras import missing_extra
 
 POOL_TIMEOUT_SECONDS = 30
 PING_AFTER_IDLE_SECONDS = 2.0
@@ -162,14 +169,75 @@ def read_options(engine: Engine) -> dict[str, Any]:
     return {"isolation_level": "AUTOCOMMIT"} if engine.dialect.name == "postgresql" else {}
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with settings that suit memstore on each database."""
+SYNC_DRIVERS = {
+    "sqlite": "pysqlite",
+    "postgresql": "psycopg",
+    "mysql": "pymysql",
+    "mariadb": "pymysql",
+}
+"""The driver a URL without one gets (the one the ``postgres`` / ``mysql`` extra installs)."""
+ASYNC_ONLY_DRIVERS = frozenset({"aiosqlite", "asyncpg", "psycopg_async", "asyncmy", "aiomysql"})
+
+DRIVER_EXTRAS: dict[str, tuple[str, ...]] = {
+    "psycopg": ("postgres",),
+    "pymysql": ("mysql",),
+    "aiosqlite": ("async",),
+    "asyncmy": ("async",),
+    "asyncpg": ("asyncpg",),
+}
+"""Driver -> the extras that install it."""
+
+
+def sync_url(url: str | URL) -> URL:
+    """``url`` with a synchronous driver: an explicit one is kept; none, or an asyncio one
+    (an :class:`~memstore.aio.AsyncMemoryStore`'s URL), becomes :data:`SYNC_DRIVERS`'."""
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(url, **ENGINE_OPTIONS)
-        install_idle_ping(engine)
-        return engine
-    engine = create_engine(url, **ENGINE_OPTIONS, **sqlite_options(parsed, check_same_thread=False))
+    backend = parsed.get_backend_name()
+    explicit = "+" in parsed.drivername
+    if explicit and parsed.get_driver_name() not in ASYNC_ONLY_DRIVERS:
+        return parsed
+    driver = SYNC_DRIVERS.get(backend)
+    if driver is None:
+        raise ConfigurationError(f"no synchronous driver known for the {backend!r} database")
+    return parsed.set(drivername=f"{backend}+{driver}")
+
+
+@contextmanager
+def driver_imports(url: URL, feature: str) -> Iterator[None]:
+    """Turn the ImportError of a driver that is not installed (raised when an engine for
+    ``url`` is created) into :class:`~memstore.errors.MissingExtraError` naming the extra that
+    installs it, or :class:`~memstore.errors.ConfigurationError` for a driver no extra
+    installs. ``feature`` says what needed it (``"MemoryStore"``, ``"AsyncMemoryStore"``)."""
+    try:
+        yield
+    except ImportError as error:
+        if isinstance(error, ConfigurationError):
+            raise
+        driver = url.get_driver_name()
+        what = f"{feature} on a {url.drivername}:// URL"
+        extras = DRIVER_EXTRAS.get(driver)
+        if extras is not None:
+            raise missing_extra(what, extras, error) from error
+        raise ConfigurationError(
+            f"{what} needs the {driver!r} driver, which is not installed (importing "
+            f"{error.name!r} failed); install it, or use a driver memstore's extras install: "
+            "postgresql+psycopg:// (memstore[postgres]), mysql+pymysql:// (memstore[mysql]); "
+            "for AsyncMemoryStore sqlite+aiosqlite:// or mysql+asyncmy:// (memstore[async]), "
+            "postgresql+asyncpg:// (memstore[asyncpg])"
+        ) from error
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with settings that suit memstore on each database (see the module
+    docstring for the driver a URL gets)."""
+    parsed = sync_url(url)
+    with driver_imports(parsed, "MemoryStore"):
+        if parsed.get_backend_name() != "sqlite":
+            engine = create_engine(parsed, **ENGINE_OPTIONS)
+            install_idle_ping(engine)
+            return engine
+        options = sqlite_options(parsed, check_same_thread=False)
+        engine = create_engine(parsed, **ENGINE_OPTIONS, **options)
     install_sqlite_pragmas(engine, parsed)
     return engine
 

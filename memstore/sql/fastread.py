@@ -30,15 +30,17 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from memstore.core.loader import LOOKAHEAD_ROWS, RowRequest
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 SYNC_DRIVERS = frozenset({("sqlite", "pysqlite"), ("postgresql", "psycopg")})
 ASYNC_DRIVERS = frozenset(

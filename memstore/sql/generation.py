@@ -7,14 +7,16 @@ before it is always the value after it minus one; an app without a row is at gen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memstore.sql.schema import app_generation
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 @dataclass(frozen=True, slots=True)

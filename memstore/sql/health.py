@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore.core.leases import LeaseRow
 from memstore.sql.engine import translated_errors
 from memstore.sql.leases import _rows_query, _to_rows
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,13 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING, Any
 
 from memstore.sql.engine import is_memory_sqlite
 from memstore.sql.fastread import Statement, sqlite_reads
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 class _ThreadConnection:

@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memstore.core.leases import ClaimChoice, LeaseRow, choose_worker_id, soonest_expiry
 from memstore.errors import IdCollisionError, WorkerIdsExhaustedError
 from memstore.sql.engine import translated_errors
 from memstore.sql.schema import MAX_HOLDER_CHARS, worker_leases
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 CLAIM_ATTEMPTS = 50
 """How many ids a claim tries before giving up: each failed attempt means another process

@@ -10,17 +10,19 @@ the generation such an app has anyway. Pending stamps are found through the
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore.core.staleness import StaleMark
 from memstore.sql.engine import translated_errors
 from memstore.sql.leases import db_now_ms
 from memstore.sql.schema import app_generation
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 MAX_MARKS_PER_POLL = 10_000
 """Most stamps one poll reads (oldest first); the rest wait for the next poll."""

@@ -131,21 +131,25 @@ class AsyncInProcessWindowCache:
         self._cache.close()
 
 
+def async_client_options(timeout_seconds: float) -> dict[str, Any]:
+    """:func:`client_options` with the asyncio ``Retry`` (redis-py 8.2 converts a synchronous
+    one, with a warning)."""
+    return {**client_options(timeout_seconds), "retry": AsyncRetry(NoBackoff(), 0)}
+
+
 def make_async_client(
     target: RedisTarget, timeout_seconds: float
 ) -> tuple[AsyncClient, list[aioredis.Redis]]:
     """An asyncio client for ``target`` (none of them does I/O before its first command), and
     the helper clients to close with it (a Sentinel's connections to the sentinels)."""
-    options = client_options(timeout_seconds)
+    options = async_client_options(timeout_seconds)
     if target.kind == "cluster":
         cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
             ssl=target.tls,
             require_full_coverage=False,
             **_credentials(target),
-            socket_timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-            retry=AsyncRetry(NoBackoff(), 0),
+            **options,
         )
         return cluster, []
     if target.kind == "sentinel":

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from memstore import ConfigurationError, MemoryStore, Settings, UserMessage
 from memstore.aio import AsyncMemoryStore
-from memstore.cache.aio import AsyncRedisWindowCache
+from memstore.cache.aio import AsyncRedisWindowCache, async_client_options
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import InProcessWindowCache
 from memstore.cache.redis_window import RedisWindowCache, client_options
@@ -216,7 +216,7 @@ def test_async_store_stamps_and_drops(url: str) -> None:
             config(url, worker=14),
             cache=AsyncRedisWindowCache(fakeredis.FakeAsyncRedis(server=server), policy),
         )
-        broken = aioredis.Redis(host="127.0.0.1", port=free_port(), **client_options(0.2))
+        broken = aioredis.Redis(host="127.0.0.1", port=free_port(), **async_client_options(0.2))
         writer = AsyncMemoryStore(
             config(url, worker=15), cache=AsyncRedisWindowCache(broken, policy, owns_client=True)
         )

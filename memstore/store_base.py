@@ -444,8 +444,8 @@ class StoreBase:
     @property
     def worker_id(self) -> int | None:
         """The snowflake worker id this store issues ids with: the fixed one, or the one it
-        leased (``None`` while a leasing store holds none yet: it leases on its first write,
-        or after ``migrate()``)."""
+        leased (``None`` while a leasing store holds none yet: it leases on its first write;
+        ``migrate()``, reads and ``health()`` claim no lease)."""
         if not self._leasing:
             return self._fixed_worker_id
         lease = self._lease

@@ -28,6 +28,7 @@ after a check, so no earlier attempt can have stored them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
@@ -137,7 +138,9 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
     Args:
         store: a :class:`~memstore.MemoryStore` for ``invoke``/``stream``, or an
             :class:`~memstore.aio.AsyncMemoryStore` for ``ainvoke``/``astream`` (the other
-            kind of call raises :class:`~memstore.errors.ConfigurationError`).
+            kind of call raises :class:`~memstore.errors.ConfigurationError`; so does an
+            ``AsyncMemoryStore`` on Python 3.10, where LangGraph gives async middleware no
+            config).
         max_messages: the window size, loaded straight from SQL (``store.load_window``);
             ``None`` (default) uses the store's cached window (``store.memory(app).messages()``,
             sized by the store's settings).
@@ -164,6 +167,12 @@ class MemstoreMiddleware(AgentMiddleware[MemstoreState, Any]):
         if not isinstance(store, MemoryStore) and not is_async_store(store):
             raise ConfigurationError(
                 f"store must be a MemoryStore or an AsyncMemoryStore, got {type(store).__name__}"
+            )
+        if is_async_store(store) and sys.version_info < (3, 11):
+            raise ConfigurationError(
+                "MemstoreMiddleware with an AsyncMemoryStore needs Python 3.11 or later: before "
+                "3.11, LangGraph cannot give a middleware its run's config (the thread id) in "
+                "async code (langgraph.config.get_config); use a MemoryStore and invoke/stream"
             )
         if max_messages is not None:
             positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import time
 import uuid
@@ -50,6 +51,27 @@ from tests.adapters.lc_agents import (
     lc_ids,
     rows,
 )
+
+
+@pytest.fixture(autouse=True)
+def _async_middleware_needs_python_311(request: pytest.FixtureRequest) -> None:
+    if "env" in request.fixturenames and sys.version_info < (3, 11):
+        if request.getfixturevalue("env").is_async:
+            pytest.skip("Python 3.10: the async middleware is refused (see the test below)")
+
+
+def test_the_async_middleware_is_refused_before_python_311(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore import Settings
+    from memstore.aio import AsyncMemoryStore
+
+    store = AsyncMemoryStore(Settings(database_url=f"sqlite:///{tmp_path / 'm.db'}"))
+    monkeypatch.setattr(sys, "version_info", (3, 10, 13, "final", 0))
+    with pytest.raises(ConfigurationError, match=r"needs Python 3\.11 or later"):
+        MemstoreMiddleware(store)
+    monkeypatch.undo()
+    asyncio.run(store.close())
 
 
 @tool

@@ -23,6 +23,7 @@ from memstore import (
     WorkerIdsExhaustedError,
 )
 from memstore.aio import AsyncMemoryStore
+from memstore.core.leases import LeaseRow
 from memstore.ids import id_timestamp_ms, id_worker
 from memstore.sql import leases as sql_leases
 from memstore.sql.schema import worker_leases
@@ -165,6 +166,35 @@ def test_all_ids_taken_is_a_typed_error_naming_the_soonest_expiry(url: str) -> N
         assert "expires in" in str(caught.value)
         assert store.load_window("app-full") == []
         assert store.worker_id is None
+
+
+@on_each_database
+def test_only_the_first_write_claims_a_lease(url: str) -> None:
+    def leases() -> list[LeaseRow]:
+        """The live leases (a closed store's lease stays as a released row)."""
+        with MemoryStore(Settings(database_url=url, worker_id=0)) as reader:
+            return [row for row in sql_leases.read_leases(reader.engine) if not row.expired]
+
+    async def async_side() -> None:
+        async with AsyncMemoryStore(
+            Settings(database_url=url, redis_url=None, worker_lease_seconds=TTL)
+        ) as store:
+            await store.migrate()
+            await store.memory("app-lazy").messages()
+            await store.health()
+            assert store.worker_id is None and leases() == []
+            await store.append("app-lazy", [UserMessage(text="async")])
+            assert store.worker_id is not None and len(leases()) == 1
+
+    with leasing_store(url) as store:
+        store.migrate()
+        store.load_window("app-lazy")
+        store.health()
+        assert store.worker_id is None and leases() == []
+        store.append("app-lazy", [UserMessage(text="sync")])
+        assert store.worker_id is not None
+        assert [row.worker_id for row in leases()] == [store.worker_id]
+    asyncio.run(async_side())
 
 
 @on_each_database

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-BLOCKLIST_VARIABLE = "MEMSTORE_SIMULATED_INSTALL_BLOCKLIST"
+BLOCKLIST_VARIABLE = "SIMULATED_INSTALL_BLOCKLIST"
+"""Not a ``MEMSTORE_*`` name: ``check_install.py`` runs the demo and the examples without those,
+and they must run in the simulated install too."""
 SITECUSTOMIZE_DIR = Path(__file__).parent / "sitecustomize"
 
 _MODULE_FILE = re.compile(

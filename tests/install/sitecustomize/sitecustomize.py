@@ -29,7 +29,7 @@ class _NotInstalled(MetaPathFinder):
         )
 
 
-_blocklist = os.environ.get("MEMSTORE_SIMULATED_INSTALL_BLOCKLIST")
+_blocklist = os.environ.get("SIMULATED_INSTALL_BLOCKLIST")
 if _blocklist:
     with open(_blocklist, encoding="utf-8") as _file:
         sys.meta_path.insert(0, _NotInstalled(json.load(_file)))

@@ -60,7 +60,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # The async store loads SQLAlchemy's asyncio layer only when asked for.
+    # The async store loads SQLAlchemy's asyncio layer (greenlet: the ``async`` extra) only when
+    # asked for; without it this raises MissingExtraError.
     if name == "AsyncMemoryStore":
         from memstore.aio import AsyncMemoryStore
 

@@ -222,11 +222,14 @@ class FormatConversionError(InvalidMessageError):
 
 
 class MissingExtraError(ConfigurationError, ImportError):
-    """An optional integration was imported without the extra that installs its framework.
+    """A feature was used without the extra that installs what it needs: the async store
+    without greenlet, a database URL whose driver is missing, an adapter without its framework,
+    encryption without cryptography, OpenTelemetry export without its API.
 
-    ``extra`` names the extra (``"langchain"``, ``"openai-agents"``) and ``install`` the exact
-    command that adds it (``pip install 'memstore[langchain]'``). It is also an
-    :class:`ImportError`, so ``except ImportError`` around an optional import keeps working.
+    ``extra`` names the extra (``"async"``, ``"langchain"``; two joined by a comma when both are
+    needed) and ``install`` the exact command that adds it (``pip install 'memstore[async]'``),
+    which also ends the message. It is also an :class:`ImportError`, so ``except ImportError``
+    around an optional import keeps working.
     """
 
     def __init__(self, detail: str, *, extra: str, install: str) -> None:

@@ -92,6 +92,7 @@ if TYPE_CHECKING:
 
 # The async store needs the ``async`` extra: adapters name it lazily (see is_async_store).
 Store: TypeAlias = Union[MemoryStore, "AsyncMemoryStore"]
+"""What the adapters accept as ``store``."""
 
 
 def is_async_store(store: object) -> TypeGuard[AsyncMemoryStore]:
@@ -101,8 +102,6 @@ def is_async_store(store: object) -> TypeGuard[AsyncMemoryStore]:
     aio = sys.modules.get("memstore.aio")
     return aio is not None and isinstance(store, aio.AsyncMemoryStore)
 
-
-"""What the adapters accept as ``store``."""
 
 Shrink = Callable[[Message], "Message | Literal[False] | None"]
 """Given a row's message, what a pop leaves of the row: ``None`` deletes it, a message replaces

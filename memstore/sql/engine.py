@@ -169,7 +169,7 @@ def read_options(engine: Engine) -> dict[str, Any]:
     return {"isolation_level": "AUTOCOMMIT"} if engine.dialect.name == "postgresql" else {}
 
 
-SYNC_DRIVERS = {
+DEFAULT_SYNC_DRIVERS = {
     "sqlite": "pysqlite",
     "postgresql": "psycopg",
     "mysql": "pymysql",
@@ -190,13 +190,13 @@ DRIVER_EXTRAS: dict[str, tuple[str, ...]] = {
 
 def sync_url(url: str | URL) -> URL:
     """``url`` with a synchronous driver: an explicit one is kept; none, or an asyncio one
-    (an :class:`~memstore.aio.AsyncMemoryStore`'s URL), becomes :data:`SYNC_DRIVERS`'."""
+    (an :class:`~memstore.aio.AsyncMemoryStore`'s URL), becomes :data:`DEFAULT_SYNC_DRIVERS`'."""
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     explicit = "+" in parsed.drivername
     if explicit and parsed.get_driver_name() not in ASYNC_ONLY_DRIVERS:
         return parsed
-    driver = SYNC_DRIVERS.get(backend)
+    driver = DEFAULT_SYNC_DRIVERS.get(backend)
     if driver is None:
         raise ConfigurationError(f"no synchronous driver known for the {backend!r} database")
     return parsed.set(drivername=f"{backend}+{driver}")

@@ -83,6 +83,7 @@ from memstore.reports import (
     PurgeReport,
     ReloadReport,
 )
+from memstore.shielding import finish
 from memstore.sql import leases as sql_leases
 from memstore.sql import staleness as sql_staleness
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
@@ -408,10 +409,15 @@ class AsyncMemoryStore(StoreBase):
             raise self._summarizer_failed(error) from error
         text = self._summary_text(value)
         rows = self._summary_plan(app, text, plan, display)
-        ids, _ = await self._insert_retrying(app, rows, ChainCheck(app, plan.previous_id))
-        # the summary is committed: a skipped drop is stamped like a skipped append
-        await self._cache_update(lambda: self.cache.invalidate(app))
-        return self._compaction_report(app, plan, ids[0], text)
+
+        async def commit_then_drop() -> int:
+            ids, _ = await self._insert_retrying(app, rows, ChainCheck(app, plan.previous_id))
+            # the summary is committed: a skipped drop is stamped like a skipped append
+            await self._cache_update(lambda: self.cache.invalidate(app))
+            return ids[0]
+
+        summary_id = await self._write_through(commit_then_drop(), app)
+        return self._compaction_report(app, plan, summary_id, text)
 
     async def _cached_window(self, app_id: str) -> list[Message]:
         """See :meth:`memstore.MemoryStore._cached_window`."""
@@ -431,9 +437,35 @@ class AsyncMemoryStore(StoreBase):
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
         cache_entries = self._counted(plan.cache_entries)
-        ids, step = await self._insert_retrying(app_id, plan)
-        await self._cache_append(app_id, cache_entries, step)
-        return ids
+
+        async def commit_then_cache() -> list[int]:
+            ids, step = await self._insert_retrying(app_id, plan)
+            await self._cache_append(app_id, cache_entries, step)
+            return ids
+
+        return await self._write_through(commit_then_cache(), app_id)
+
+    async def _write_through(
+        self, write: Awaitable[T], *app_ids: str, purge: bool = False
+    ) -> T:
+        """Run ``write`` (SQL, then the windows of ``app_ids``) to its end: a cancelled caller
+        waits for it, then is cancelled (a commit without its cache update would leave the
+        shared window behind SQL). When the write itself is interrupted (the event loop ends
+        under it), whether it committed is unknown: the windows of ``app_ids`` are dropped
+        (purged, for a purge) before the cancellation goes on, so none is served without it.
+        """
+
+        async def guarded() -> T:
+            try:
+                return await write
+            except asyncio.CancelledError:
+                for app in app_ids:
+                    drop = self.cache.purge if purge else self.cache.invalidate
+                    with contextlib.suppress(Exception):
+                        await self._cache_update(partial(drop, app))
+                raise
+
+        return await finish(guarded())
 
     async def _insert_retrying(
         self, app_id: str, plan: WritePlan, chain: ChainCheck | None = None
@@ -558,9 +590,14 @@ class AsyncMemoryStore(StoreBase):
     async def purge(self, app_id: str | int) -> PurgeReport:
         """See :meth:`memstore.MemoryStore.purge`."""
         app = normalize_app_id(app_id)
-        counts = await self._sql.purge(app)
-        self.row_memo.forget_app(app)
-        return purge_report(app, counts, await self._cache_update(lambda: self.cache.purge(app)))
+
+        async def delete_then_drop() -> PurgeReport:
+            counts = await self._sql.purge(app)
+            self.row_memo.forget_app(app)
+            dropped = await self._cache_update(lambda: self.cache.purge(app))
+            return purge_report(app, counts, dropped)
+
+        return await self._write_through(delete_then_drop(), app, purge=True)
 
     async def prune(
         self,
@@ -591,12 +628,16 @@ class AsyncMemoryStore(StoreBase):
                 decision.plan, decision.display, decision.guard_cutoff, app_id
             )
             return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
-        counts = await self._retention.apply(
-            app_id, decision.plan, decision.display, decision.guard_cutoff
-        )
-        if decision.plan.drop:
-            await self._cache_update(lambda: self.cache.invalidate(app_id))
-        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
+
+        async def delete_then_drop() -> PruneReport:
+            counts = await self._retention.apply(
+                app_id, decision.plan, decision.display, decision.guard_cutoff
+            )
+            if decision.plan.drop:
+                await self._cache_update(lambda: self.cache.invalidate(app_id))
+            return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
+
+        return await self._write_through(delete_then_drop(), app_id)
 
     async def export(
         self, app_ids: Iterable[str | int] | None = None, user_id: str | None = None
@@ -656,8 +697,12 @@ class AsyncMemoryStore(StoreBase):
     async def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
         if not batch:
             return
-        for app in await self._export.import_batch(batch, counts):
-            await self._cache_update(partial(self.cache.invalidate, app))
+
+        async def commit_then_drop() -> None:
+            for app in await self._export.import_batch(batch, counts):
+                await self._cache_update(partial(self.cache.invalidate, app))
+
+        await self._write_through(commit_then_drop(), *sorted({row.app_id for row in batch}))
 
     async def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created."""
@@ -757,11 +802,14 @@ class AsyncTurnCollector(TurnInput):
         batch = self._assembler.ready
         if not batch and display is None:
             return
-        await self._store._write(
-            self.app_id, self.user_id, list(batch), [display] if display is not None else []
-        )
-        self._assembler.mark_flushed(len(batch))
-        self.flushes += 1
+        try:
+            await self._store._write(
+                self.app_id, self.user_id, list(batch), [display] if display is not None else []
+            )
+        except BaseException as error:
+            self._flushed(len(batch), error)
+            raise
+        self._flushed(len(batch))
 
     async def _complete(self) -> None:
         self._assembler.end_turn()

@@ -65,6 +65,18 @@ class TurnInput:
         self.flushes = 0
         """Writes made so far (each one transaction)."""
 
+    def _flushed(self, count: int, error: BaseException | None = None) -> None:
+        """After a write of the ``count`` ready messages: mark them flushed, unless the write
+        failed with an ``Exception`` (nothing was written; the turn's failure path may write
+        them). A write interrupted by a ``BaseException`` (Ctrl-C, a cancelled task) was
+        written or has an unknown outcome: it is marked flushed too, so a batch is never
+        written twice (a lost one is answered as interrupted; a doubled one breaks the
+        history)."""
+        if isinstance(error, Exception):
+            return
+        self._assembler.mark_flushed(count)
+        self.flushes += 1
+
     def on_text(self, delta: str) -> None:
         """A streamed text delta of the reply."""
         self._assembler.on_text(delta)
@@ -132,9 +144,12 @@ class TurnCollector(TurnInput):
         batch = self._assembler.ready
         if not batch and display is None:
             return
-        self._store._write(self.app_id, self.user_id, batch, [display] if display else [])
-        self._assembler.mark_flushed(len(batch))
-        self.flushes += 1
+        try:
+            self._store._write(self.app_id, self.user_id, batch, [display] if display else [])
+        except BaseException as error:
+            self._flushed(len(batch), error)
+            raise
+        self._flushed(len(batch))
 
     def _complete(self) -> None:
         self._assembler.end_turn()

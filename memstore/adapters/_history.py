@@ -42,7 +42,7 @@ import json
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeGuard, TypeVar, Union
@@ -67,6 +67,7 @@ from memstore.core.summary import is_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
+from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
 from memstore.sql.engine import is_memory_sqlite, sync_url, translated_errors
@@ -467,27 +468,6 @@ def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
         return twin
 
 
-async def _finish(awaitable: Awaitable[T]) -> T:
-    """Await a write to its end even if the caller is cancelled meanwhile, then re-raise.
-
-    A write abandoned between its commit and the cache update would leave the cached window
-    behind SQL; finishing it keeps both in step.
-    """
-    task = asyncio.ensure_future(awaitable)
-    cancelled: asyncio.CancelledError | None = None
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError as error:
-            if task.done():
-                raise
-            cancelled = cancelled or error
-    if cancelled is not None:
-        raise cancelled
-    return result
-
-
 # -- the access object -----------------------------------------------------------------------------
 
 
@@ -651,8 +631,8 @@ class StoreAccess:
     ) -> list[int]:
         store = self._native()
         if store is None:
-            return await _finish(asyncio.to_thread(self.append, app_id, messages, user_id))
-        return await _finish(self._aappend(store, app_id, messages, user_id))
+            return await finish(asyncio.to_thread(self.append, app_id, messages, user_id))
+        return await finish(self._aappend(store, app_id, messages, user_id))
 
     async def _aappend(
         self,
@@ -688,15 +668,15 @@ class StoreAccess:
     async def apurge(self, app_id: str) -> None:
         store = self._native()
         if store is None:
-            await _finish(asyncio.to_thread(self.purge, app_id))
+            await finish(asyncio.to_thread(self.purge, app_id))
             return
-        await _finish(store.purge(app_id))
+        await finish(store.purge(app_id))
 
     async def apop(self, app_id: str, shrink: Shrink) -> StoredMessage | None:
         store = self._native()
         if store is None:
-            return await _finish(asyncio.to_thread(self.pop, app_id, shrink))
-        return await _finish(self._apop(store, app_id, shrink))
+            return await finish(asyncio.to_thread(self.pop, app_id, shrink))
+        return await finish(self._apop(store, app_id, shrink))
 
     @staticmethod
     async def _apop(store: AsyncMemoryStore, app_id: str, shrink: Shrink) -> StoredMessage | None:

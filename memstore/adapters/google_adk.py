@@ -73,12 +73,13 @@ try:
 except ImportError as error:
     raise missing_extra(__name__, "google-adk", error) from error
 
-from memstore.adapters._history import Store, StoreAccess, _finish, insert_messages, opaque
+from memstore.adapters._history import Store, StoreAccess, insert_messages, opaque
 from memstore.core.inputs import normalize_user_id
 from memstore.core.metadata import thaw
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
+from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import purge_statements
@@ -465,7 +466,7 @@ class MemstoreSessionService(BaseSessionService):
             await self.state_service.delete_session(
                 app_name=app_name, user_id=user_id, session_id=session_id
             )
-        await _finish(asyncio.to_thread(self._delete_sync, app_name, user_id, session_id))
+        await finish(asyncio.to_thread(self._delete_sync, app_name, user_id, session_id))
 
     def _delete_sync(self, app_name: str, user_id: str, session_id: str) -> None:
         store = self._sync()
@@ -503,7 +504,7 @@ class MemstoreSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         if self.state_service is not None:
             return await self._append_wrapped(session, event)
-        marker = await _finish(asyncio.to_thread(self._append_sync, session, event))
+        marker = await finish(asyncio.to_thread(self._append_sync, session, event))
         session._storage_update_marker = marker
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)

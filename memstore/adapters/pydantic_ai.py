@@ -87,7 +87,6 @@ except ImportError as error:
 from memstore.adapters._history import (
     Store,
     StoreAccess,
-    _finish,
     _newest_rows,
     insert_messages,
     opaque,
@@ -106,6 +105,7 @@ from memstore.messages import (
     ToolResult,
     UserMessage,
 )
+from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.generation import GenerationStep
@@ -596,7 +596,7 @@ class MemstoreConversationStore(ConversationStore):
         return await asyncio.to_thread(function, *args)
 
     async def _write(self, function: Callable[..., T], *args: Any) -> T:
-        return await _finish(asyncio.to_thread(function, *args))
+        return await finish(asyncio.to_thread(function, *args))
 
     # -- records ---------------------------------------------------------------------------------
 

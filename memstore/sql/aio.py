@@ -12,12 +12,16 @@ and ``asyncpg`` extras install it); without it the import raises
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.util import await_only
+from sqlalchemy.util.concurrency import in_greenlet
 
 from memstore.extras import missing_extra
 
@@ -115,6 +119,7 @@ def _operation_name(value: object) -> str:
 
 
 _AIOSQLITE_FILTER = _NoStatementArguments()
+logger = logging.getLogger("memstore")
 
 
 def make_async_engine(url: str) -> AsyncEngine:
@@ -129,8 +134,34 @@ def make_async_engine(url: str) -> AsyncEngine:
         engine = create_async_engine(target, **ENGINE_OPTIONS, **options)
     if target.get_driver_name() == "aiosqlite":
         logging.getLogger("aiosqlite").addFilter(_AIOSQLITE_FILTER)  # a set: added once
+        install_rollback_on_invalidate(engine)
     install_sqlite_pragmas(engine.sync_engine, target)
     return engine
+
+
+def install_rollback_on_invalidate(engine: AsyncEngine) -> None:
+    """Roll an aiosqlite connection back before SQLAlchemy drops it.
+
+    A task cancelled inside a transaction makes SQLAlchemy invalidate its connection, and
+    aiosqlite closes it with the transaction open; when a cursor of it is still alive, SQLite
+    keeps the closed connection, and its write lock, until that cursor is garbage-collected,
+    so every other connection and process finds the database busy. The rollback runs on the
+    connection's own thread, after any statement still running there and before the close, and
+    releases the lock at once. (Only inside SQLAlchemy's greenlet: a connection dropped by the
+    garbage collector has no loop to run it on, and aiosqlite closes it without this.)
+    """
+
+    @event.listens_for(engine.sync_engine, "invalidate")
+    def _roll_back(_dbapi_connection: Any, record: Any, _exception: Any) -> None:
+        driver = record.driver_connection
+        if driver is None or not in_greenlet():
+            return
+        try:
+            # shielded: a second cancellation of the caller leaves the rollback queued, still
+            # ahead of the close on the connection's thread
+            await_only(asyncio.shield(driver.rollback()))
+        except Exception:
+            logger.debug("memstore: rollback before dropping an aiosqlite connection failed")
 
 
 T = TypeVar("T")

@@ -445,9 +445,7 @@ class AsyncMemoryStore(StoreBase):
 
         return await self._write_through(commit_then_cache(), app_id)
 
-    async def _write_through(
-        self, write: Awaitable[T], *app_ids: str, purge: bool = False
-    ) -> T:
+    async def _write_through(self, write: Awaitable[T], *app_ids: str, purge: bool = False) -> T:
         """Run ``write`` (SQL, then the windows of ``app_ids``) to its end: a cancelled caller
         waits for it, then is cancelled (a commit without its cache update would leave the
         shared window behind SQL). When the write itself is interrupted (the event loop ends

@@ -24,7 +24,8 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from types import TracebackType
@@ -171,6 +172,12 @@ class AsyncMemoryStore(StoreBase):
     ) -> None:
         super().__init__(settings, id_generator, id_clock, token_counter, summarizer)
         self._heartbeat: asyncio.Task[None] | None = None
+        self._stop_renewing: asyncio.Event | None = None
+        """Set to end the heartbeat between renewals, never in the middle of one."""
+        self._close_callbacks: list[Callable[[], object]] = []
+        self._loop_watchers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[None, None]
+        ] = weakref.WeakKeyDictionary()
         self._alease_lock: asyncio.Lock | None = None
         self._owns_engine = engine is None
         self.engine = (
@@ -214,6 +221,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema (the same Alembic migrations as the sync store)."""
+        self._watch_loop()
         from memstore.sql import migrate as migrations  # Alembic loads only when needed
 
         with translated_errors("migrating"):
@@ -222,6 +230,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def health(self, timeout: float = DEFAULT_HEALTH_TIMEOUT_SECONDS) -> HealthReport:
         """See :meth:`memstore.MemoryStore.health` (a probe past ``timeout`` is cancelled)."""
+        self._watch_loop()
         from memstore.sql import health as sql_health
 
         seconds = self._health_timeout(timeout)
@@ -248,6 +257,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def _ensure_lease(self) -> SnowflakeGenerator:
         """See :meth:`memstore.MemoryStore._ensure_lease`."""
+        self._watch_loop()
         generator = self._usable_generator()
         if generator is not None:
             return generator
@@ -275,38 +285,61 @@ class AsyncMemoryStore(StoreBase):
             with self._lease_lock:
                 self._take_lease(claimed.worker_id, claimed.epoch, claimed.last_ms, sent_at)
             if self._heartbeat is None or self._heartbeat.done():
-                self._heartbeat = asyncio.get_running_loop().create_task(self._renew_forever())
+                self._stop_renewing = stop = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                self._heartbeat = loop.create_task(self._renew_forever(stop))
             assert self._ids is not None
             return self._ids
 
-    async def _renew_forever(self) -> None:
-        """The heartbeat task: renew the held lease every third of its period."""
+    async def _renew_forever(self, stop: asyncio.Event) -> None:
+        """The heartbeat task: renew the held lease every third of its period until ``stop``."""
         interval = self.settings.worker_lease_seconds / 3
         while True:
-            await asyncio.sleep(interval)
-            lease = self._lease
-            if lease is None:
-                continue
-            sent_at = time.monotonic()
             try:
-                kept = await sql_leases.arenew(
-                    self.engine,
-                    lease.worker_id,
-                    lease.epoch,
-                    self.settings.worker_lease_seconds,
-                    self._last_issued_ms(),
-                )
-            except StorageError as error:
-                logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
-                continue
-            self._apply_background_renewal(lease, kept, sent_at)
+                await asyncio.wait_for(stop.wait(), interval)
+                return
+            except asyncio.TimeoutError:
+                pass
+            await self._renew_once()
+
+    async def _renew_once(self) -> None:
+        """One heartbeat: renew the held lease; forget it if another process claimed it."""
+        lease = self._lease
+        if lease is None:
+            return
+        sent_at = time.monotonic()
+        try:
+            kept = await sql_leases.arenew(
+                self.engine,
+                lease.worker_id,
+                lease.epoch,
+                self.settings.worker_lease_seconds,
+                self._last_issued_ms(),
+            )
+        except StorageError as error:
+            logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
+            return
+        self._apply_background_renewal(lease, kept, sent_at)
+
+    async def _stop_heartbeat(self) -> None:
+        """End the heartbeat: wait for a renewal in flight to finish (cancelling it would
+        split its transaction), or cancel it while it sleeps; a heartbeat of another event
+        loop is only asked to stop."""
+        task, self._heartbeat = self._heartbeat, None
+        stop, self._stop_renewing = self._stop_renewing, None
+        if task is None or task.done():
+            return
+        if task.get_loop() is not asyncio.get_running_loop():
+            with contextlib.suppress(RuntimeError):  # that loop is closed: the task is gone
+                task.get_loop().call_soon_threadsafe(task.cancel)
+            return
+        if stop is not None:
+            stop.set()
+        with contextlib.suppress(Exception):
+            await finish(task)
 
     async def _release_lease(self) -> None:
-        task, self._heartbeat = self._heartbeat, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
-                await task
+        await self._stop_heartbeat()
         lease = self._own_lease()
         self._lease = None
         if lease is None:
@@ -320,6 +353,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def _cache_update(self, update: Callable[[], Awaitable[T]]) -> T:
         """See :meth:`memstore.MemoryStore._cache_update`."""
+        self._watch_loop()
         if not self._stale_tracking:
             return await update()
         with collecting_skips() as skipped:
@@ -421,6 +455,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def _cached_window(self, app_id: str) -> list[Message]:
         """See :meth:`memstore.MemoryStore._cached_window`."""
+        self._watch_loop()
         await self._drop_stale_windows()
         generation = await self._generation(app_id)
         cached = await self.cache.read(app_id)
@@ -514,6 +549,7 @@ class AsyncMemoryStore(StoreBase):
         summaries: bool = True,
     ) -> list[Message]:
         """See :meth:`memstore.MemoryStore.load_window`."""
+        self._watch_loop()
         app = normalize_app_id(app_id)
         messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
         first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
@@ -534,6 +570,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def reload(self, app_id: str | int, max_messages: int | None = None) -> ReloadReport:
         """See :meth:`memstore.MemoryStore.reload`."""
+        self._watch_loop()
         app = normalize_app_id(app_id)
         limit = (
             self.settings.reload_max
@@ -582,11 +619,13 @@ class AsyncMemoryStore(StoreBase):
         self, app_id: str | int, limit: int = 20, before_id: int | None = None
     ) -> list[DisplayEntry]:
         """See :meth:`memstore.MemoryStore.history`."""
+        self._watch_loop()
         app = normalize_app_id(app_id)
         return await self._sql.history(app, history_page(limit, before_id), before_id)
 
     async def purge(self, app_id: str | int) -> PurgeReport:
         """See :meth:`memstore.MemoryStore.purge`."""
+        self._watch_loop()
         app = normalize_app_id(app_id)
 
         async def delete_then_drop() -> PurgeReport:
@@ -606,6 +645,7 @@ class AsyncMemoryStore(StoreBase):
         dry_run: bool = False,
     ) -> list[PruneReport]:
         """See :meth:`memstore.MemoryStore.prune`."""
+        self._watch_loop()
         rule = RetentionRule(older_than, keep_last)
         if app_ids is not None:
             apps = normalize_app_ids(app_ids)
@@ -641,6 +681,7 @@ class AsyncMemoryStore(StoreBase):
         self, app_ids: Iterable[str | int] | None = None, user_id: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`memstore.MemoryStore.export` (an async iterator here)."""
+        self._watch_loop()
         from memstore import __version__
 
         apps = None if app_ids is None else normalize_app_ids(app_ids)
@@ -671,6 +712,7 @@ class AsyncMemoryStore(StoreBase):
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> ImportReport:
         """See :meth:`memstore.MemoryStore.import_records`."""
+        self._watch_loop()
         counts: dict[str, AppCounts] = {}
         batch: list[ImportRow] = []
         seen = 0
@@ -703,10 +745,28 @@ class AsyncMemoryStore(StoreBase):
         await self._write_through(commit_then_drop(), *sorted({row.app_id for row in batch}))
 
     async def close(self) -> None:
-        """Release the worker-id lease it holds and the connections this store created."""
+        """Release the worker-id lease it holds and the connections this store created (an
+        engine or cache passed in stays open). A renewal of the lease in flight is waited for,
+        never cut; a caller cancelled meanwhile waits for the close to end, then is cancelled.
+        After it returns, nothing of this store holds a lock in the database."""
         if self._closed:
             return
         self._closed = True
+        await finish(self._close())
+
+    def _on_close(self, callback: Callable[[], object]) -> None:
+        """Run the blocking ``callback`` (in a worker thread) when this store closes: the
+        adapters close the synchronous twin they built for it this way."""
+        self._close_callbacks.append(callback)
+
+    async def _close(self) -> None:
+        await self._release_loop_resources()
+        for callback in self._close_callbacks:
+            await asyncio.to_thread(callback)
+
+    async def _release_loop_resources(self) -> None:
+        """Release the lease and close the connections this store made: all of it belongs to
+        the running event loop."""
         await self._release_lease()
         if self._owns_cache:
             await self.cache.close()
@@ -714,6 +774,28 @@ class AsyncMemoryStore(StoreBase):
             self.inline_reads.close()
         if self._owns_engine:
             await self.engine.dispose()
+
+    def _watch_loop(self) -> None:
+        """Make sure the running loop releases this store's resources if it ends with the
+        store still open (``asyncio.run`` returning): an async generator parked on the loop,
+        which the loop closes at its shutdown (``shutdown_asyncgens``), before it closes
+        itself. The store stays usable from another loop (new connections, a new lease)."""
+        loop = asyncio.get_running_loop()
+        if self._closed or loop in self._loop_watchers:
+            return
+        watcher = self._until_loop_ends()
+        self._loop_watchers[loop] = watcher
+        # the first step registers it with the loop (PEP 525 hooks) and parks it at its
+        # ``yield``: no await before that, so it runs right here
+        with contextlib.suppress(StopIteration):
+            watcher.__anext__().send(None)
+
+    async def _until_loop_ends(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not self._closed:
+                await self._release_loop_resources()
 
     async def __aenter__(self) -> AsyncMemoryStore:
         return self

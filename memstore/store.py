@@ -851,6 +851,24 @@ class MemoryStore(StoreBase):
             return
         self._closed = True
         self._release_lease()
+        self._release_connections()
+
+    def _abandon(self) -> None:
+        """What a finalizer may do for a store nobody closed: stop the heartbeat, forget the
+        lease without releasing it (it expires ``worker_lease_seconds`` after its last renewal)
+        and close this store's connections from a short-lived daemon thread. Runs no SQL and
+        never blocks the calling thread (a garbage collection may run on an event loop's)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_heartbeat.set()
+        with self._lease_lock:
+            self._lease = None
+        threading.Thread(
+            target=self._release_connections, name="memstore-abandon", daemon=True
+        ).start()
+
+    def _release_connections(self) -> None:
         if self._owns_cache:
             self.cache.close()
         if self._owns_engine:

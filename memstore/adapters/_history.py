@@ -432,6 +432,9 @@ def _on_home_loop(store: AsyncMemoryStore) -> bool:
 
 def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
     """The synchronous store on ``store``'s database and window cache (built once per store).
+    It closes when ``store`` closes; a ``store`` collected without being closed abandons it
+    (its connections closed from a daemon thread, its lease left to expire: no SQL on the
+    collecting thread).
 
     Raises :class:`~memstore.errors.ConfigurationError` when no twin can share the data: an
     in-memory SQLite database (private to its connection), or a custom async cache that is
@@ -464,7 +467,10 @@ def sync_twin(store: AsyncMemoryStore) -> MemoryStore:
             )
         twin._formatters = store._formatters  # one registry: display rows agree
         _TWINS[store] = twin
-        weakref.finalize(store, twin.close)
+        store._on_close(twin.close)
+        # a store nobody closes: no SQL from the collecting thread (maybe an event loop's); the
+        # twin's lease expires by itself
+        weakref.finalize(store, twin._abandon)
         return twin
 
 

@@ -302,6 +302,18 @@ class MemstoreSessionService(BaseSessionService):
     def store(self) -> Store:
         return self._access.store
 
+    async def close(self) -> None:
+        """Close what the service opened: nothing. The store (and a ``state_service``) passed
+        in are the caller's to close, as ADK's ``DatabaseSessionService`` leaves an engine it
+        was given; this and ``async with`` exist so code written for ADK's services keeps
+        working."""
+
+    async def __aenter__(self) -> MemstoreSessionService:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     def _sync(self) -> MemoryStore:
         return self._access.sync_store()
 

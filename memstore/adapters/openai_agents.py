@@ -59,23 +59,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from memstore.extras import missing_extra
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory import SessionABC
+    from agents.memory import SessionABC, SessionSettings
 except ImportError as error:
     raise missing_extra(__name__, "openai-agents", error) from error
-
-if TYPE_CHECKING:
-    from agents.memory import SessionSettings
-else:
-    try:
-        from agents.memory import SessionSettings
-    except ImportError:  # SDKs before SessionSettings: no default limit
-        SessionSettings = None
 
 from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
 from memstore.core.inputs import (
@@ -141,7 +133,7 @@ class MemstoreSession(SessionABC):
         return self._access.store
 
     def _default_limit(self) -> int | None:
-        settings = self.session_settings
+        settings = self.session_settings  # the SDK types it optional
         return None if settings is None else settings.limit
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -214,10 +206,13 @@ class MemstoreSession(SessionABC):
         """Hard-delete every row of the session in both tables and its cached window."""
         await self._access.apurge(self.session_id)
 
+    def close(self) -> None:
+        """Close what the session opened: nothing. The store passed in is the caller's to
+        close (``store.close()``), as an injected client is for the SDK's own sessions; this
+        exists so code written for ``SQLiteSession.close()`` keeps working."""
 
-def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings | None:
-    if SessionSettings is None:
-        return None
+
+def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
     if value is None:
         return SessionSettings()
     if isinstance(value, SessionSettings):

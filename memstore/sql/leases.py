@@ -239,7 +239,9 @@ async def arenew(
 
 
 async def arelease(engine: AsyncEngine, worker_id: int, epoch: int, last_ms: int) -> None:
-    """:func:`release` on an async engine."""
+    """:func:`release` on an async engine. (``connect`` then ``begin`` rather than
+    ``engine.begin()``, an async generator: a store released while its event loop shuts down
+    runs this where the loop takes no new async generators.)"""
     with translated_errors("releasing a worker lease"):
-        async with engine.begin() as conn:
+        async with engine.connect() as conn, conn.begin():
             await conn.execute(_release_statement(conn.dialect, worker_id, epoch, last_ms))

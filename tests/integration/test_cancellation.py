@@ -12,23 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sqlite3
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
 
 from memstore import AiMessage, MemoryStore, Settings, ToolRequest, ToolResult, UserMessage
+from memstore.adapters._history import StoreAccess, claim_home_loop
 from memstore.aio import AsyncMemoryStore
 from memstore.cache.memory_cache import NoWindowCache
 from memstore.messages import Message
 from memstore.sql import leases as sql_leases
 from tests.conftest import REDIS_URL, redis_client
-from tests.integration.cancelling import cancel_at, wait_writable
+from tests.integration.cancelling import Counted, cancel_at, wait_writable
 
 MAX_STEPS = 400
 T = TypeVar("T")
@@ -145,7 +149,9 @@ def run_checked(main: Callable[[], Awaitable[None]]) -> None:
 
     async def wrapped() -> None:
         asyncio.get_running_loop().set_exception_handler(
-            lambda _loop, context: reported.append(str(context.get("message")))
+            lambda _loop, context: reported.append(
+                f"{context.get('message')}: {context.get('exception')!r}"
+            )
         )
         await main()
 
@@ -234,3 +240,150 @@ def test_a_lease_renewal_cancelled_at_each_await_point(env: Env) -> None:
             pytest.fail("the renewal did not complete")
 
     run_checked(main)
+
+
+# -- the defects this suite was written for --------------------------------------------------
+
+
+def _lease_rows(env: Env) -> dict[int, Any]:
+    truth = env.truth()
+    try:
+        return {row.worker_id: row for row in sql_leases.read_leases(truth.engine)}
+    finally:
+        truth.close()
+
+
+@on_each_backend
+def test_close_waits_for_a_renewal_in_flight(env: Env) -> None:
+    """``close()`` while the heartbeat is inside a renewal's transaction: the renewal ends, the
+    lease is released, and the database is writable at once (it used to stay locked)."""
+
+    async def main() -> None:
+        for step in range(1, MAX_STEPS):
+            store = AsyncMemoryStore(env.settings(worker_lease_seconds=3))
+            app = f"close-{uuid.uuid4().hex[:8]}"
+            await store.append(app, turn("0"))
+            lease = store._lease
+            assert lease is not None
+            renewal = Counted(sql_leases.arenew(store.engine, lease.worker_id, lease.epoch, 3, 0))
+            store._heartbeat = heartbeat = asyncio.ensure_future(_awaited(renewal))
+            while not heartbeat.done() and renewal.steps < step:
+                await asyncio.sleep(0)
+            in_flight = not heartbeat.done()
+            started = time.monotonic()
+            await store.close()
+            assert time.monotonic() - started < 5  # a round trip, not a busy timeout
+            assert heartbeat.done() and not heartbeat.cancelled()
+            await asyncio.to_thread(wait_writable, env.url, app)
+            assert (await asyncio.to_thread(_lease_rows, env))[lease.worker_id].expired
+            if not in_flight:
+                return
+        pytest.fail("the renewal never completed")
+
+    run_checked(main)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def _left_running(env: Env, app: str, step: int, progress: dict[str, bool]) -> None:
+    """A never-closed store renewing its lease and writing when its loop ends at ``step``."""
+    store = AsyncMemoryStore(env.settings(worker_lease_seconds=3))
+    await store.append(app, turn("0"))
+    lease = store._lease
+    assert lease is not None
+    renewal = Counted(sql_leases.arenew(store.engine, lease.worker_id, lease.epoch, 3, 0))
+    write = Counted(store.append(app, turn("1")))
+    tasks = [asyncio.ensure_future(_awaited(renewal)), asyncio.ensure_future(_awaited(write))]
+    while not all(task.done() for task in tasks) and max(renewal.steps, write.steps) < step:
+        await asyncio.sleep(0)
+    progress["done"] = all(task.done() for task in tasks)
+    # returning here: asyncio.run cancels what still runs, shuts the loop down, closes it
+
+
+@on_each_backend
+def test_a_loop_that_ends_under_a_store_leaves_nothing_locked(env: Env) -> None:
+    """``asyncio.run`` returning while a never-closed store renews its lease and writes: the
+    loop cancels them; the database stays writable for the next writer, every write is whole
+    or absent, and nothing is left for the garbage collector to close."""
+    for step in range(1, MAX_STEPS):
+        app = f"loop-end-{uuid.uuid4().hex[:8]}"
+        progress: dict[str, bool] = {}
+        run_checked(partial(_left_running, env, app, step, progress))
+        wait_writable(env.url, app)
+        with MemoryStore(env.settings(worker_lease_seconds=3)) as writer:  # the next writer
+            writer.append(app, turn("2"))
+        truth = env.truth()
+        try:
+            assert kinds(truth, app) in ([*TYPES, *TYPES], [*TYPES, *TYPES, *TYPES])
+            assert truth.load_window(app, 1000)[-4:] == turn("2")
+        finally:
+            truth.close()
+        if progress["done"]:
+            return
+    pytest.fail("the renewal and the write never completed")
+
+
+def _two_loop_store(url: str, app: str) -> AsyncMemoryStore:
+    """An async store used natively on one loop, then through the adapters' synchronous twin
+    from a second loop (its home loop has ended): both loops end, nothing is closed."""
+    store = AsyncMemoryStore(Settings(database_url=url, worker_lease_seconds=3))
+    access = StoreAccess(store)
+
+    async def on_its_loop() -> None:
+        claim_home_loop(store)
+        await access.aappend(app, turn("home"))
+
+    async def from_another_loop() -> None:
+        await access.aappend(app, turn("other"))  # not the home loop: the twin, in a thread
+
+    run_checked(on_its_loop)
+    run_checked(from_another_loop)
+    return store
+
+
+def test_collecting_an_unclosed_store_runs_no_sql(tmp_path: Path) -> None:
+    """A store (and the synchronous twin an adapter built for it) collected without being
+    closed, while another connection holds the write lock: the collection returns at once
+    (it used to release the twin's lease with a blocking UPDATE and wait out the lock)."""
+    url = f"sqlite:///{tmp_path / 'collected.db'}"
+    with MemoryStore(Settings(database_url=url, worker_id=1)) as store:
+        store.migrate()
+    app = "collected"
+    _two_loop_store(url, app)  # the store is garbage once this returns
+    holder = sqlite3.connect(tmp_path / "collected.db")
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, held elsewhere
+    try:
+        started = time.monotonic()
+        gc.collect()
+        assert time.monotonic() - started < 1
+    finally:
+        holder.rollback()
+        holder.close()
+    with MemoryStore(Settings(database_url=url, worker_lease_seconds=3)) as writer:
+        writer.append(app, turn("after"))
+    truth = MemoryStore(Settings(database_url=url, worker_id=1), cache=NoWindowCache())
+    try:
+        assert kinds(truth, app) == TYPES * 3
+    finally:
+        truth.close()
+
+
+@on_each_backend
+def test_a_store_used_from_two_loops_ends_cleanly(env: Env) -> None:
+    """Both loops end without a close: the database stays writable, the next writer writes,
+    and a garbage collection has nothing to wait for."""
+    app = f"two-loops-{uuid.uuid4().hex[:8]}"
+    _two_loop_store(env.url, app)
+    wait_writable(env.url, app)
+    started = time.monotonic()
+    gc.collect()
+    assert time.monotonic() - started < 1
+    with MemoryStore(env.settings(worker_lease_seconds=3)) as writer:
+        writer.append(app, turn("after"))
+    truth = env.truth()
+    try:
+        assert kinds(truth, app) == TYPES * 3
+    finally:
+        truth.close()

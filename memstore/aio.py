@@ -488,12 +488,13 @@ class AsyncMemoryStore(StoreBase):
         (purged, for a purge) before the cancellation goes on, so none is served without it.
         """
 
+        drop = self.cache.purge if purge else self.cache.invalidate
+
         async def guarded() -> T:
             try:
                 return await write
             except asyncio.CancelledError:
                 for app in app_ids:
-                    drop = self.cache.purge if purge else self.cache.invalidate
                     with contextlib.suppress(Exception):
                         await self._cache_update(partial(drop, app))
                 raise

@@ -864,9 +864,14 @@ class MemoryStore(StoreBase):
         self._stop_heartbeat.set()
         with self._lease_lock:
             self._lease = None
-        threading.Thread(
-            target=self._release_connections, name="memstore-abandon", daemon=True
-        ).start()
+        heartbeat = self._heartbeat
+
+        def release() -> None:
+            if heartbeat is not None:  # a renewal in flight returns its connection first
+                heartbeat.join(timeout=60)
+            self._release_connections()
+
+        threading.Thread(target=release, name="memstore-abandon", daemon=True).start()
 
     def _release_connections(self) -> None:
         if self._owns_cache:

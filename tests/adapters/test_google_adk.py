@@ -330,6 +330,20 @@ def count(env: AdapterEnv, table: sa.Table, column: sa.Column[Any], value: str) 
         return int(conn.execute(query).scalar_one())
 
 
+def test_closing_the_service_leaves_the_store_passed_in_open(env: AdapterEnv) -> None:
+    store = env.store()
+
+    async def scenario() -> None:
+        async with MemstoreSessionService(store) as service:  # as DatabaseSessionService
+            created = await service.create_session(app_name=APP, user_id=USER)
+        await service.close()
+        again = MemstoreSessionService(store)
+        found = await again.get_session(app_name=APP, user_id=USER, session_id=created.id)
+        assert found is not None and found.id == created.id
+
+    env.run(scenario())
+
+
 def test_missing_google_adk_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
     module = "memstore.adapters.google_adk"
     monkeypatch.delitem(sys.modules, module, raising=False)

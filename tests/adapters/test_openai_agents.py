@@ -172,6 +172,22 @@ def test_empty_session(env: AdapterEnv, app_id: str) -> None:
     env.run(scenario())
 
 
+def test_close_leaves_the_store_passed_in_open(env: AdapterEnv, app_id: str) -> None:
+    store = env.store()
+    session = session_of(env, app_id, store)
+
+    async def scenario() -> None:
+        await session.add_items([user("before")])
+        session.close()  # as SQLiteSession.close(): nothing of an injected store is closed
+        session.close()
+        assert [item["content"] for item in await session.get_items()] == ["before"]
+        other = session_of(env, app_id, store)
+        await other.add_items([user("after")])
+        assert len(await other.get_items()) == 2
+
+    env.run(scenario())
+
+
 def test_every_item_type_round_trips_in_order(env: AdapterEnv, app_id: str) -> None:
     session = session_of(env, app_id)
     given = copy.deepcopy(EVERY_ITEM_TYPE)

@@ -283,6 +283,30 @@ def test_close_waits_for_a_renewal_in_flight(env: Env) -> None:
     run_checked(main)
 
 
+@on_each_backend
+def test_close_cancelled_at_each_await_point(env: Env) -> None:
+    """A cancelled ``close()`` still closes: the lease is released, nothing is locked, and a
+    second ``close()`` has nothing left to do."""
+
+    async def main() -> None:
+        for step in range(1, MAX_STEPS):
+            store = AsyncMemoryStore(env.settings(worker_lease_seconds=3))
+            app = f"close-cancelled-{uuid.uuid4().hex[:8]}"
+            await store.append(app, turn("0"))
+            lease = store._lease
+            assert lease is not None
+            completed = await cancel_at(store.close, step)
+            await asyncio.to_thread(wait_writable, env.url, app)
+            assert (await asyncio.to_thread(_lease_rows, env))[lease.worker_id].expired
+            assert store.engine.sync_engine.pool.checkedout() == 0
+            await store.close()
+            if completed:
+                return
+        pytest.fail("close never completed")
+
+    run_checked(main)
+
+
 async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 

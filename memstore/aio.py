@@ -87,7 +87,7 @@ from memstore.reports import (
 from memstore.shielding import finish
 from memstore.sql import leases as sql_leases
 from memstore.sql import staleness as sql_staleness
-from memstore.sql.aio import AsyncSqlHistory, make_async_engine
+from memstore.sql.aio import AsyncSqlHistory, LentConnections, make_async_engine
 from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
 from memstore.sql.engine import translated_errors
 from memstore.sql.export import IMPORT_BATCH, import_report
@@ -183,6 +183,7 @@ class AsyncMemoryStore(StoreBase):
         self.engine = (
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
+        self._lent = LentConnections(self.engine) if self._owns_engine else None
         self.inline_reads = (
             InlineSqliteReads.for_engine(self.engine)
             if self._owns_engine and self.settings.async_sqlite_inline_reads
@@ -796,6 +797,10 @@ class AsyncMemoryStore(StoreBase):
             yield
         finally:
             if not self._closed:
+                if self._lent is not None:  # the loop's tasks are over: nobody uses these
+                    stranded = await self._lent.invalidate_stranded()
+                    if stranded:
+                        logger.debug("memstore: closed %d connections left lent out", stranded)
                 await self._release_loop_resources()
 
     async def __aenter__(self) -> AsyncMemoryStore:

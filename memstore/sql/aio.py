@@ -13,6 +13,7 @@ and ``asyncpg`` extras install it); without it the import raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,7 +21,8 @@ from typing import Any, TypeVar
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.util import await_only
+from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util import await_only, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
 
 from memstore.extras import missing_extra
@@ -137,6 +139,36 @@ def make_async_engine(url: str) -> AsyncEngine:
         install_rollback_on_invalidate(engine)
     install_sqlite_pragmas(engine.sync_engine, target)
     return engine
+
+
+class LentConnections:
+    """The connections an async engine has lent out and not yet had back.
+
+    A task cancelled at an unlucky point (while the event loop ends, say) can leave its
+    connection checked out, and the garbage collector finds it later, when the loop that
+    could close it is gone. The store's loop, as it ends, invalidates those here first.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._lent: set[ConnectionPoolEntry] = set()
+        event.listen(engine.sync_engine, "checkout", self._lend)
+        event.listen(engine.sync_engine, "checkin", self._return)
+
+    def _lend(self, _dbapi_connection: Any, entry: ConnectionPoolEntry, _proxy: Any) -> None:
+        self._lent.add(entry)
+
+    def _return(self, _dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
+        self._lent.discard(entry)
+
+    async def invalidate_stranded(self) -> int:
+        """Close every connection still lent out (call when no task can be using one: the
+        loop's tasks have ended); how many there were."""
+        stranded = [entry for entry in self._lent if entry.in_use]
+        self._lent.clear()
+        for entry in stranded:
+            with contextlib.suppress(Exception):
+                await greenlet_spawn(entry.invalidate)
+        return len(stranded)
 
 
 def install_rollback_on_invalidate(engine: AsyncEngine) -> None:

@@ -294,16 +294,18 @@ def test_a_side_effect_is_not_executed_again_after_a_service_timeout(
     """The service stops waiting for the tool (timeout) and retries while the first execution
     still runs, and again after it completed: the tool runs once."""
     guard = LoopGuard(store, side_effect_tools={"send_email"})
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
     runs: list[int] = []
 
     def send() -> str:
         runs.append(1)
+        started.set()
         release.wait(30)
         return "message 42 sent"
 
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(guard.execute, app_id, "send_email", '{"to": "bob"}', send)
+        assert started.wait(30)  # the tool runs (however slow the claim before it was)
         with pytest.raises(FutureTimeout):
             pending.result(timeout=0.3)  # the service's timeout fires; the tool is running
         during = guard.execute(app_id, "send_email", '{"to": "bob"}', send)

@@ -381,7 +381,7 @@ def test_collecting_an_unclosed_store_runs_no_sql(tmp_path: Path) -> None:
     try:
         started = time.monotonic()
         gc.collect()
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 5  # a busy wait would be 30 s
     finally:
         holder.rollback()
         holder.close()
@@ -403,7 +403,7 @@ def test_a_store_used_from_two_loops_ends_cleanly(env: Env) -> None:
     wait_writable(env.url, app)
     started = time.monotonic()
     gc.collect()
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # a busy wait would be 30 s
     with MemoryStore(env.settings(worker_lease_seconds=3)) as writer:
         writer.append(app, turn("after"))
     truth = env.truth()

@@ -36,6 +36,7 @@ from memstore.errors import (
 from memstore.messages import (
     AiMessage,
     Message,
+    Reasoning,
     SystemMessage,
     ToolRequest,
     ToolResult,
@@ -98,6 +99,7 @@ __all__ = [
     "MissingExtraError",
     "PruneReport",
     "PurgeReport",
+    "Reasoning",
     "RekeyReport",
     "RekeyTableCounts",
     "ReloadReport",

@@ -103,6 +103,43 @@ ToolRequests = Annotated[Sequence[ToolRequest], AfterValidator(_freeze_requests)
 requests; every change raises ``TypeError``)."""
 
 
+class Reasoning(_Model):
+    """One piece of the reasoning that came with a model reply, kept as the provider sent it.
+
+    Reasoning models require the reasoning that led to a tool call to be sent back with that
+    call, unmodified: Anthropic's ``thinking`` / ``redacted_thinking`` blocks (signature
+    included), OpenAI's Responses ``reasoning`` items (with ``encrypted_content``), the
+    ``reasoning_content`` of OpenAI-compatible servers, Gemini's thought signatures. memstore
+    stores it with the :class:`AiMessage`, so a window never holds a call without its
+    reasoning; it never reaches the display history, logs or errors.
+
+    ``provider`` and ``kind`` say what it is (``"anthropic"`` + ``"thinking"`` or
+    ``"redacted_thinking"``; ``"openai"`` + ``"reasoning"`` (a Responses item) or
+    ``"reasoning_content"``; ``"google"`` + ``"thought"``); ``text`` is the readable part
+    (thinking text, summary), ``signature`` the opaque part (signature, redacted data,
+    ``encrypted_content``, thought signature), ``id`` the provider's item id, and ``extra``
+    any other field of the provider's item, as JSON. Every value is kept byte for byte; a
+    format renders reasoning only for the provider that produced it.
+    """
+
+    provider: StrictStr = Field(min_length=1)
+    kind: StrictStr = Field(min_length=1)
+    text: StrictStr | None = None
+    signature: StrictStr | None = None
+    id: StrictStr | None = None
+    extra: Metadata = EMPTY_METADATA
+
+
+def _freeze_reasoning(value: Sequence[Reasoning]) -> Sequence[Reasoning]:
+    return value if type(value) is FrozenList else FrozenList(value)
+
+
+EMPTY_REASONING: Sequence[Reasoning] = FrozenList()
+
+ReasoningParts = Annotated[Sequence[Reasoning], AfterValidator(_freeze_reasoning)]
+"""An AI message's reasoning parts, in the order the provider sent them: a read-only ``list``."""
+
+
 class UserMessage(_Model):
     """A message from the person (or the calling program) to the model."""
 
@@ -126,6 +163,8 @@ class AiMessage(_Model):
     text: StrictStr | None = None
     tool_requests: ToolRequests = EMPTY_REQUESTS
     """The requested calls, in order: a read-only list (any sequence is accepted)."""
+    reasoning: ReasoningParts = EMPTY_REASONING
+    """The reasoning that came before the text and the calls (see :class:`Reasoning`)."""
     metadata: Metadata = EMPTY_METADATA
 
     def __init__(self, **data: Any) -> None:
@@ -198,7 +237,13 @@ def _frozen_all_the_way(message: Message) -> bool:
     ...)``) with a mutable ``metadata`` or ``tool_requests``."""
     if type(message.metadata) is not FrozenDict:
         return False
-    return not isinstance(message, AiMessage) or type(message.tool_requests) is FrozenList
+    if not isinstance(message, AiMessage):
+        return True
+    return (
+        type(message.tool_requests) is FrozenList
+        and type(message.reasoning) is FrozenList
+        and all(type(part.extra) is FrozenDict for part in message.reasoning)
+    )
 
 
 def _rebuilt(message: Message) -> Message:

@@ -4,11 +4,14 @@ A token counter is any function ``(Message) -> int``. memstore ships two:
 
 * :func:`approximate_tokens`, the default: no tokenizer, no download. It counts
   ``ceil(utf8_bytes / 3)`` over the message's text (AI text, every request's name and
-  arguments, a result's tool name and text) plus :data:`MESSAGE_OVERHEAD_TOKENS` per message
+  arguments, the text and opaque payload of its reasoning, a result's tool name and text)
+  plus :data:`MESSAGE_OVERHEAD_TOKENS` per message
   and :data:`REQUEST_OVERHEAD_TOKENS` per tool request. Three bytes per token over-counts
   English prose (about four characters per token) and is close for code, JSON and CJK text
   (three UTF-8 bytes per character, about one token each); it ignores metadata, which is
-  never sent to a model.
+  never sent to a model. Reasoning is counted whole, as a provider counts reasoning sent back
+  in a tool loop (an encrypted payload stands for the reasoning tokens it hides; providers
+  that drop the reasoning of finished turns count less).
 * :func:`encoding_counter`, an adapter for a tokenizer the caller already holds (a
   ``tiktoken`` ``Encoding`` or anything with ``encode(str) -> list``); memstore never loads
   or downloads one.
@@ -49,6 +52,8 @@ def message_texts(message: Message) -> list[str]:
         texts = [message.text] if message.text is not None else []
         for call in message.tool_requests:
             texts.extend((call.name, call.arguments))
+        for part in message.reasoning:
+            texts.extend(value for value in (part.text, part.signature) if value)
         return texts
     if isinstance(message, ToolResult):
         return [message.tool_name, message.text]

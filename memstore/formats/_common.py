@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from memstore.errors import FormatConversionError, InvalidMessageError
-from memstore.messages import Message, ToolRequest, parse_message
+from memstore.errors import FormatConversionError, InvalidInputError, InvalidMessageError
+from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, UserMessage, parse_message
 
 PARTICIPANT_NAME_KEY = "participant_name"
 """Canonical ``metadata`` key holding a participant name (OpenAI's and LangChain4j's ``name``)."""
@@ -33,7 +33,7 @@ def canonical(messages: Iterable[Message | Mapping[str, Any]], provider: str) ->
     return out
 
 
-def build(provider: str, index: int, factory: Callable[..., T], **fields: Any) -> T:
+def build(provider: str, index: int, factory: Callable[..., T], /, **fields: Any) -> T:
     """Construct a canonical model, turning its validation error into a :func:`fail` error."""
     try:
         return factory(**fields)
@@ -133,3 +133,31 @@ class ToolNames:
     def name(self, call_id: str) -> str:
         """The requested tool's name, or ``""`` when no earlier request carries ``call_id``."""
         return self._names.get(call_id, "")
+
+
+ReasoningScope = Literal["all", "current", "none"]
+REASONING_SCOPES: tuple[str, ...] = ("all", "current", "none")
+"""Which reasoning a converter sends: ``"all"`` (the default: every part the target provider
+produced, as it was), ``"current"`` (only that of AI messages after the last user message: the
+tool loop in progress, which is all the providers require), ``"none"``."""
+
+
+def reasoning_to_send(
+    messages: list[Message], provider: str, scope: str
+) -> list[tuple[Reasoning, ...]]:
+    """Per message, the reasoning parts a request to ``provider`` carries: only parts that
+    ``provider`` produced (a signature is bound to its provider: another one would refuse it,
+    so they are left out on purpose, the text of the reply kept), within ``scope``."""
+    if scope not in REASONING_SCOPES:
+        raise InvalidInputError(f"reasoning must be one of {list(REASONING_SCOPES)}, got {scope!r}")
+    start = 0
+    if scope == "current":
+        users = [i for i, message in enumerate(messages) if isinstance(message, UserMessage)]
+        start = users[-1] + 1 if users else 0
+    sent: list[tuple[Reasoning, ...]] = []
+    for index, message in enumerate(messages):
+        if scope == "none" or index < start or not isinstance(message, AiMessage):
+            sent.append(())
+        else:
+            sent.append(tuple(part for part in message.reasoning if part.provider == provider))
+    return sent

@@ -71,10 +71,19 @@ message without text, no AI message has ``""`` text next to requests, no user me
 directly followed by a tool result, and every tool result follows its request and carries its
 tool name.
 
+Thinking: an ``AiMessage``'s :class:`~memstore.messages.Reasoning` parts of provider
+``anthropic`` are sent as ``thinking`` (``thinking`` = ``text``, ``signature``) and
+``redacted_thinking`` (``data`` = ``signature``) blocks at the head of its assistant turn,
+byte for byte and in order, so a tool loop in progress goes back with the blocks the API
+requires before its ``tool_use`` (``to_anthropic(..., reasoning=...)`` chooses which turns' go
+back; reasoning of other providers never does). :func:`from_anthropic` reads them back: a
+thinking block belongs to the block after it (an AI message opens at a text block, or at a
+``tool_use`` block that follows thinking), so a turn's blocks come back in their order.
+
 :func:`from_anthropic` accepts and drops ``cache_control`` on blocks and ``citations`` when it is
 ``None`` or empty. Anything else raises :class:`~memstore.errors.FormatConversionError` naming the
-turn's index: unknown roles, keys or block types (``image``, ``document``, ``thinking``,
-``redacted_thinking``, server tools...), a ``tool_result`` whose content holds non-text blocks.
+turn's index: unknown roles, keys or block types (``image``, ``document``, server tools...), a
+``tool_result`` whose content holds non-text blocks, an assistant turn of thinking only.
 """
 
 from __future__ import annotations
@@ -83,6 +92,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from memstore.formats._common import (
+    ReasoningScope,
     ToolNames,
     build,
     canonical,
@@ -91,12 +101,14 @@ from memstore.formats._common import (
     fail,
     loads_strict,
     mapping,
+    reasoning_to_send,
     string,
     text_parts,
 )
 from memstore.messages import (
     AiMessage,
     Message,
+    Reasoning,
     SystemMessage,
     ToolRequest,
     ToolResult,
@@ -113,7 +125,10 @@ _BLOCK_KEYS: dict[str, tuple[str, ...]] = {
     "text": ("type", "text"),
     "tool_use": ("type", "id", "name", "input"),
     "tool_result": ("type", "tool_use_id", "content", "is_error"),
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
 }
+THINKING_KINDS = ("thinking", "redacted_thinking")
 
 __all__ = ["SYSTEM_SEPARATOR", "AnthropicRequest", "from_anthropic", "merge_turns", "to_anthropic"]
 
@@ -125,15 +140,22 @@ class AnthropicRequest(NamedTuple):
     messages: list[dict[str, Any]]
 
 
-def to_anthropic(messages: Iterable[Message | Mapping[str, Any]]) -> AnthropicRequest:
+def to_anthropic(
+    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+) -> AnthropicRequest:
     """Convert canonical messages (or their dict form) to Anthropic's ``system`` + ``messages``.
+
+    ``reasoning``: which ``thinking`` / ``redacted_thinking`` blocks go back (see
+    :data:`~memstore.formats.REASONING_SCOPES`); reasoning of other providers never does.
 
     Raises :class:`~memstore.errors.FormatConversionError` for tool arguments that are not a
     strict JSON object.
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
-    for index, message in enumerate(canonical(messages, PROVIDER)):
+    converted = canonical(messages, PROVIDER)
+    thoughts = reasoning_to_send(converted, PROVIDER, reasoning)
+    for index, message in enumerate(converted):
         if isinstance(message, SystemMessage):
             system.append(message.text)
         elif isinstance(message, UserMessage):
@@ -147,7 +169,7 @@ def to_anthropic(messages: Iterable[Message | Mapping[str, Any]]) -> AnthropicRe
             }
             turns.append({"role": "user", "content": [block]})
         else:
-            blocks: list[dict[str, Any]] = []
+            blocks: list[dict[str, Any]] = [_thinking_block(part) for part in thoughts[index]]
             if message.text is not None and (message.text or not message.tool_requests):
                 blocks.append({"type": "text", "text": message.text})
             for call in message.tool_requests:
@@ -161,6 +183,12 @@ def to_anthropic(messages: Iterable[Message | Mapping[str, Any]]) -> AnthropicRe
                 )
             turns.append({"role": "assistant", "content": blocks})
     return AnthropicRequest(SYSTEM_SEPARATOR.join(system) if system else None, merge_turns(turns))
+
+
+def _thinking_block(part: Reasoning) -> dict[str, Any]:
+    if part.kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": part.signature or ""}
+    return {"type": "thinking", "thinking": part.text or "", "signature": part.signature or ""}
 
 
 def _input(index: int, call: ToolRequest) -> dict[str, Any]:
@@ -332,13 +360,21 @@ def _user(index: int, content: list[Any], names: ToolNames) -> list[Message]:
 
 
 def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
-    # Each text block opens a message; tool_use blocks join the open one (or open a textless one).
-    pieces: list[tuple[str | None, list[ToolRequest]]] = []
+    # Each text block opens a message; tool_use blocks join the open one (or open a textless
+    # one). Thinking blocks go with the block after them: a block after thinking opens a
+    # message, so the order of the turn's blocks comes back (thinking at the end of a turn
+    # joins the last message).
+    pieces: list[tuple[str | None, list[ToolRequest], list[Reasoning]]] = []
+    thinking: list[Reasoning] = []
     for position, raw in enumerate(content):
         kind, block = _block(index, position, raw)
         where = f"content[{position}]"
-        if kind == "text":
-            pieces.append((string(PROVIDER, index, block.get("text"), f"{where}.text"), []))
+        if kind in THINKING_KINDS:
+            thinking.append(_reasoning(index, kind, block, where))
+        elif kind == "text":
+            text = string(PROVIDER, index, block.get("text"), f"{where}.text")
+            pieces.append((text, [], thinking))
+            thinking = []
         elif kind == "tool_use":
             arguments = mapping(PROVIDER, index, block.get("input"), f"{where}.input")
             try:
@@ -353,14 +389,34 @@ def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
                 name=string(PROVIDER, index, block.get("name"), f"{where}.name"),
                 arguments=raw_arguments,
             )
-            if not pieces or pieces[-1] == ("", []):
+            if not pieces or pieces[-1][:2] == ("", []) or thinking:
                 # An empty text block never carries requests: to_anthropic leaves it out next
                 # to requests, so it was a message of its own.
-                pieces.append((None, []))
+                pieces.append((None, [], thinking))
+                thinking = []
             pieces[-1][1].append(request)
         else:
             raise fail(PROVIDER, index, f"{where}: an assistant turn cannot hold a {kind} block")
+    if thinking:
+        if not pieces:
+            raise fail(PROVIDER, index, "an assistant turn of thinking only has no reply")
+        pieces[-1][2].extend(thinking)
     return [
-        build(PROVIDER, index, AiMessage, text=text, tool_requests=requests)
-        for text, requests in pieces
+        build(PROVIDER, index, AiMessage, text=text, tool_requests=requests, reasoning=parts)
+        for text, requests, parts in pieces
     ]
+
+
+def _reasoning(index: int, kind: str, block: Mapping[str, Any], where: str) -> Reasoning:
+    if kind == "redacted_thinking":
+        data = string(PROVIDER, index, block.get("data"), f"{where}.data")
+        return build(PROVIDER, index, Reasoning, provider=PROVIDER, kind=kind, signature=data)
+    return build(
+        PROVIDER,
+        index,
+        Reasoning,
+        provider=PROVIDER,
+        kind=kind,
+        text=string(PROVIDER, index, block.get("thinking"), f"{where}.thinking"),
+        signature=string(PROVIDER, index, block.get("signature"), f"{where}.signature"),
+    )

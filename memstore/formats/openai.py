@@ -28,7 +28,12 @@ Mapping (one canonical message is one OpenAI message, in order):
   rejects an empty list);
 * ``ToolResult(id, text)`` <-> ``{"role": "tool", "tool_call_id": id, "content": text}``;
 * ``metadata["participant_name"]`` (a string) <-> ``name`` on system, user and assistant
-  messages.
+  messages;
+* the ``reasoning_content`` of OpenAI-compatible servers (DeepSeek's thinking mode, vLLM,
+  Qwen) <-> a :class:`~memstore.messages.Reasoning` part (provider ``openai``, kind
+  ``reasoning_content``), sent back verbatim on its assistant message (``to_openai(...,
+  reasoning=...)`` chooses which turns'). OpenAI's own reasoning models keep theirs in the
+  Responses API: see :mod:`memstore.formats.responses`.
 
 What canonical -> OpenAI -> canonical keeps and loses:
 
@@ -59,18 +64,21 @@ from typing import Any
 
 from memstore.formats._common import (
     PARTICIPANT_NAME_KEY,
+    ReasoningScope,
     ToolNames,
     build,
     canonical,
     check_keys,
     fail,
     mapping,
+    reasoning_to_send,
     string,
     text_parts,
 )
 from memstore.messages import (
     AiMessage,
     Message,
+    Reasoning,
     SystemMessage,
     ToolRequest,
     ToolResult,
@@ -78,6 +86,9 @@ from memstore.messages import (
 )
 
 PROVIDER = "openai"
+REASONING_CONTENT = "reasoning_content"
+"""The assistant key (and :class:`~memstore.messages.Reasoning` kind) of OpenAI-compatible
+servers' reasoning (DeepSeek's thinking mode, vLLM, Qwen)."""
 
 __all__ = ["from_openai", "to_openai"]
 
@@ -85,10 +96,19 @@ _RESPONSE_ONLY_KEYS = ("refusal", "audio", "function_call", "annotations")
 """Keys of a response message that carry nothing when ``None`` or empty."""
 
 
-def to_openai(messages: Iterable[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Convert canonical messages (or their dict form) to Chat Completions message dicts."""
+def to_openai(
+    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+) -> list[dict[str, Any]]:
+    """Convert canonical messages (or their dict form) to Chat Completions message dicts.
+
+    ``reasoning``: which ``reasoning_content`` goes back on assistant messages (see
+    :data:`~memstore.formats.REASONING_SCOPES`); only reasoning read from a Chat Completions
+    message (an OpenAI-compatible server's ``reasoning_content``) is ever sent.
+    """
     out: list[dict[str, Any]] = []
-    for message in canonical(messages, PROVIDER):
+    converted = canonical(messages, PROVIDER)
+    thoughts = reasoning_to_send(converted, PROVIDER, reasoning)
+    for index, message in enumerate(converted):
         if isinstance(message, ToolResult):
             out.append({"role": "tool", "tool_call_id": message.id, "content": message.text})
             continue
@@ -99,6 +119,9 @@ def to_openai(messages: Iterable[Message | Mapping[str, Any]]) -> list[dict[str,
             entry = {"role": "user", "content": message.text}
         else:
             entry = {"role": "assistant", "content": message.text}
+            texts = [p.text or "" for p in thoughts[index] if p.kind == REASONING_CONTENT]
+            if texts:
+                entry["reasoning_content"] = "".join(texts)
             if message.tool_requests:
                 entry["tool_calls"] = [
                     {
@@ -163,7 +186,7 @@ def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
 
 
 def _assistant(index: int, entry: Mapping[str, Any]) -> AiMessage:
-    allowed = ("role", "content", "name", "tool_calls", *_RESPONSE_ONLY_KEYS)
+    allowed = ("role", "content", "name", "tool_calls", REASONING_CONTENT, *_RESPONSE_ONLY_KEYS)
     check_keys(PROVIDER, index, entry, allowed, "assistant message")
     for key in _RESPONSE_ONLY_KEYS:
         if entry.get(key) not in (None, [], {}):
@@ -175,12 +198,26 @@ def _assistant(index: int, entry: Mapping[str, Any]) -> AiMessage:
     if not isinstance(calls, list):
         raise fail(PROVIDER, index, "tool_calls must be a list")
     requests = [_request(index, position, call) for position, call in enumerate(calls)]
+    thought = entry.get(REASONING_CONTENT)
+    parts: list[Reasoning] = []
+    if thought not in (None, ""):
+        parts.append(
+            build(
+                PROVIDER,
+                index,
+                Reasoning,
+                provider=PROVIDER,
+                kind=REASONING_CONTENT,
+                text=string(PROVIDER, index, thought, REASONING_CONTENT),
+            )
+        )
     return build(
         PROVIDER,
         index,
         AiMessage,
         text=text,
         tool_requests=requests,
+        reasoning=parts,
         metadata=_metadata(index, entry),
     )
 

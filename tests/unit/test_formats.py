@@ -28,6 +28,7 @@ import memstore.formats
 import memstore.formats.anthropic
 import memstore.formats.langchain4j
 import memstore.formats.openai
+import memstore.formats.responses
 from memstore.core.validate import Violation as CoreViolation
 from memstore.core.validate import validate as core_validate
 from memstore.core.window import StoredMessage, select_window
@@ -115,6 +116,7 @@ def test_conversion_errors_are_invalid_message_errors() -> None:
         memstore.formats.openai,
         memstore.formats.anthropic,
         memstore.formats.langchain4j,
+        memstore.formats.responses,
     ],
 )
 def test_docstring_examples_run(module: ModuleType) -> None:
@@ -585,7 +587,7 @@ def test_anthropic_tool_result_without_content_or_request() -> None:
                 "role": "assistant",
                 "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}],
             },
-            "'thinking'",
+            "thinking only",
         ),
         ({"role": "user", "content": [{"type": "image", "source": {}}]}, "'image'"),
         (

@@ -16,6 +16,7 @@ from memstore.core.window import entry_for
 from memstore.messages import (
     AiMessage,
     Message,
+    Reasoning,
     SystemMessage,
     ToolRequest,
     ToolResult,
@@ -30,6 +31,20 @@ metadata = st.dictionaries(texts, json_values, max_size=3)
 ids = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=8)
 requests = st.lists(
     st.builds(ToolRequest, id=ids, name=ids, arguments=texts), max_size=3, unique_by=lambda r: r.id
+)
+
+
+reasoning = st.lists(
+    st.builds(
+        Reasoning,
+        provider=st.sampled_from(["anthropic", "openai", "google"]),
+        kind=st.sampled_from(["thinking", "redacted_thinking", "reasoning"]),
+        text=st.none() | texts,
+        signature=st.none() | texts,
+        id=st.none() | ids,
+        extra=metadata,
+    ),
+    max_size=2,
 )
 
 
@@ -51,10 +66,16 @@ def messages(draw: st.DrawFn) -> Message:
         )
     calls = draw(requests)
     text = draw(st.none() | texts) if calls else draw(texts)
-    return AiMessage(text=text, tool_requests=calls, metadata=meta)
+    return AiMessage(text=text, tool_requests=calls, reasoning=draw(reasoning), metadata=meta)
 
 
-DEFAULTS: dict[str, Any] = {"metadata": {}, "tool_requests": [], "text": None, "is_error": False}
+DEFAULTS: dict[str, Any] = {
+    "metadata": {},
+    "tool_requests": [],
+    "reasoning": [],
+    "text": None,
+    "is_error": False,
+}
 
 
 @PROPERTY

@@ -880,7 +880,8 @@ class AsyncTurnCollector(TurnInput):
             await self._flush(None)
 
     async def feed(self, chunk: object) -> None:
-        """One chunk of a LangChain4j-style, OpenAI Chat Completions or Anthropic stream."""
+        """One chunk of a LangChain4j-style, OpenAI Chat Completions or Responses, or Anthropic
+        stream (reasoning included: see :meth:`~memstore.core.stream.StreamAssembler.feed`)."""
         if self._assembler.feed(chunk):
             await self._flush(None)
 

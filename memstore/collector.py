@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from memstore.core.display import DisplayDraft
 from memstore.core.stream import StreamAssembler, turn_display
-from memstore.messages import Message, ToolRequest
+from memstore.messages import Message, Reasoning, ToolRequest
 
 if TYPE_CHECKING:
     from memstore.store import MemoryStore
@@ -91,6 +91,12 @@ class TurnInput:
         """One fragment of a streamed tool call (see :class:`StreamAssembler`)."""
         self._assembler.on_tool_call_delta(index, id=id, name=name, arguments=arguments)
 
+    def on_reasoning(self, part: Reasoning) -> None:
+        """A whole reasoning part of the reply, for reasoning assembled by the app (see
+        :meth:`~memstore.core.stream.StreamAssembler.on_reasoning`); streamed reasoning
+        arrives through :meth:`feed`."""
+        self._assembler.on_reasoning(part)
+
     def tool_calls(self) -> list[ToolRequest]:
         """The assembled, strictly parsed requests of the current model call."""
         return self._assembler.tool_calls()
@@ -134,7 +140,8 @@ class TurnCollector(TurnInput):
             self._flush(None)
 
     def feed(self, chunk: object) -> None:
-        """One chunk of a LangChain4j-style, OpenAI Chat Completions or Anthropic stream."""
+        """One chunk of a LangChain4j-style, OpenAI Chat Completions or Responses, or Anthropic
+        stream (reasoning included: see :meth:`~memstore.core.stream.StreamAssembler.feed`)."""
         if self._assembler.feed(chunk):
             self._flush(None)
 

@@ -128,7 +128,7 @@ def _check_call_id(value: str, position: int, message: Message, part: str) -> No
 
 
 def check_messages(messages: Iterable[Message], max_text_bytes: int) -> None:
-    """Raise before writing when any text, name or arguments field breaks the limits."""
+    """Raise before writing when any text, name, arguments or reasoning field breaks the limits."""
     limit = max_text_bytes
     for position, message in enumerate(messages):
         if isinstance(message, (UserMessage, SystemMessage)):
@@ -145,6 +145,11 @@ def check_messages(messages: Iterable[Message], max_text_bytes: int) -> None:
                 _check_call_id(call.id, position, message, "tool call id")
                 _check_text(call.name, limit, position, message, "tool name")
                 _check_text(call.arguments, limit, position, message, "arguments", call.id)
+            for number, part in enumerate(message.reasoning):
+                for label in ("provider", "kind", "text", "signature", "id"):
+                    value = getattr(part, label)
+                    if value is not None:
+                        _check_text(value, limit, position, message, f"reasoning[{number}].{label}")
 
 
 def normalize_app_ids(app_ids: object) -> list[str]:

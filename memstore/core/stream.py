@@ -55,13 +55,23 @@ from typing import Any
 
 from memstore.core.display import DisplayDraft, ToolFormatter, tool_summary
 from memstore.core.inputs import check_messages
+from memstore.core.reasoning import (
+    ANTHROPIC,
+    OPENAI,
+    REASONING_CONTENT,
+    REDACTED_THINKING,
+    RESPONSES_ITEM_IDS_KEY,
+    RESPONSES_REASONING,
+    THINKING,
+    responses_reasoning,
+)
 from memstore.errors import (
     IncompleteToolCallError,
     InvalidMessageError,
     MessageTooLargeError,
     StreamProtocolError,
 )
-from memstore.messages import AiMessage, Message, ToolRequest, ToolResult
+from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolResult
 
 LANGCHAIN4J_TYPES = frozenset({"ai_response", "tool_request", "tool_executed"})
 ANTHROPIC_TYPES = frozenset(
@@ -76,7 +86,21 @@ ANTHROPIC_TYPES = frozenset(
         "error",
     }
 )
-_ANTHROPIC_IGNORED_DELTAS = frozenset({"thinking_delta", "signature_delta", "citations_delta"})
+_ANTHROPIC_IGNORED_DELTAS = frozenset({"citations_delta"})
+_THINKING_DELTAS = {
+    "thinking_delta": ("thinking", "thought_text"),
+    "signature_delta": ("signature", "thought_signature"),
+}
+"""Anthropic thinking deltas: the field that carries the fragment, and the operation."""
+_RESPONSES_ITEM_EVENTS = frozenset(
+    {
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.function_call_arguments.delta",
+    }
+)
+RESPONSES_PREFIX = "response."
+"""OpenAI Responses stream events are the chunk types that start with this."""
 _SHOWN_FIELDS = 12
 _FIELD_NAME_CHARS = 40
 FAILED_MARK = "[failed]"
@@ -248,6 +272,34 @@ class _Call:
 
 
 @dataclass(slots=True)
+class _Thought:
+    """One reasoning part being streamed. Only a complete one joins its AI message, so a
+    stream cut inside a thinking block or a reasoning item leaves nothing of it behind."""
+
+    provider: str
+    kind: str
+    text_parts: list[str] = field(default_factory=list)
+    signature_parts: list[str] = field(default_factory=list)
+    done: bool = False
+    """The provider closed the part (``reasoning_content`` has no end: it is always whole)."""
+    whole: Reasoning | None = None
+    """The part as the provider finally sent it (a Responses item, or :meth:`on_reasoning`)."""
+
+    def finish(self) -> Reasoning | None:
+        """The part to store, or ``None`` while incomplete or when what arrived cannot be sent
+        back (a thinking block without its signature)."""
+        if self.whole is not None:
+            return self.whole
+        if not self.done and self.kind != REASONING_CONTENT:
+            return None
+        signature = _join(self.signature_parts) if self.signature_parts else None
+        if self.kind in (THINKING, REDACTED_THINKING) and not signature:
+            return None
+        text = None if self.kind == REDACTED_THINKING else _join(self.text_parts)
+        return Reasoning(provider=self.provider, kind=self.kind, text=text, signature=signature)
+
+
+@dataclass(slots=True)
 class _ModelCall:
     text_parts: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
@@ -260,9 +312,23 @@ class _ModelCall:
     """Set when the first result arrives: the requests are sealed."""
     results: list[ToolResult] = field(default_factory=list)
     anthropic_blocks: dict[int, str] = field(default_factory=dict)
+    thoughts: list[_Thought] = field(default_factory=list)
+    """Reasoning parts in the order they started."""
+    thought_slots: dict[object, _Thought] = field(default_factory=dict)
+    """The part each key (a block or output index, ``reasoning_content``) continues."""
+    item_ids: dict[str, str] = field(default_factory=dict)
+    """Responses: the ``function_call`` item id of each call id."""
 
     def text(self) -> str:
         return _join(self.text_parts)
+
+    def reasoning(self) -> list[Reasoning]:
+        """The complete reasoning parts, in order."""
+        parts = (thought.finish() for thought in self.thoughts)
+        return [part for part in parts if part is not None]
+
+    def metadata(self) -> dict[str, Any]:
+        return {RESPONSES_ITEM_IDS_KEY: dict(self.item_ids)} if self.item_ids else {}
 
     def awaiting(self) -> bool:
         """Sealed, and some request has no result yet."""
@@ -285,12 +351,22 @@ class _State:
     closed: bool = False
 
 
-def _ai(text: str, requests: Sequence[ToolRequest]) -> AiMessage | None:
-    """The AI message of a model call; ``None`` when it has no requests and only blank text."""
+def _ai(
+    current: _ModelCall, requests: Sequence[ToolRequest], *, reasoning: bool = True
+) -> AiMessage | None:
+    """The AI message of a model call, with its finished reasoning; ``None`` when it has no
+    requests and only blank text (reasoning alone is no reply)."""
+    text = current.text()
+    thoughts = current.reasoning() if reasoning else []
     if requests:
-        return AiMessage(text=text or None, tool_requests=list(requests))
+        return AiMessage(
+            text=text or None,
+            tool_requests=list(requests),
+            reasoning=thoughts,
+            metadata=current.metadata(),
+        )
     if text.strip():
-        return AiMessage(text=text)
+        return AiMessage(text=text, reasoning=thoughts)
     return None
 
 
@@ -378,6 +454,9 @@ class StreamAssembler:
     def _check_storable(self, messages: Sequence[Message]) -> None:
         """What the store's write would refuse, refused now (same checks, same errors)."""
         check_messages(messages, self._limit)
+
+    def _check_reasoning(self, part: Reasoning) -> None:
+        self._check_storable([AiMessage(text="", reasoning=[part])])
 
     def _check_result(self, id: str, result: str) -> None:
         if "\x00" in result:
@@ -489,10 +568,23 @@ class StreamAssembler:
         if current.requests is not None:
             return list(current.requests)
         requests = [call.request() for call in current.calls]
-        message = _ai(current.text(), requests)
+        message = _ai(current, requests)
         if message is not None:
             self._check_storable([message])
         return requests
+
+    def on_reasoning(self, part: Reasoning) -> None:
+        """A whole reasoning part of the current model call (a thinking block, a Responses
+        reasoning item, a thought signature), for apps that assemble reasoning themselves.
+        It joins the model call's AI message, after the parts streamed before it; the provider
+        needs it back byte for byte with the calls it led to. A part the store would refuse
+        raises :class:`~memstore.errors.InvalidMessageError` /
+        :class:`~memstore.errors.MessageTooLargeError` and changes nothing."""
+        if not isinstance(part, Reasoning):
+            raise StreamProtocolError(f"a reasoning part must be a Reasoning, got {_got(part)}")
+        current = self._streaming("reasoning")
+        self._check_reasoning(part)
+        self._append(current.thoughts, _Thought(part.provider, part.kind, done=True, whole=part))
 
     def on_tool_executed(
         self, id: str, result: str, is_error: bool = False, *, truncate: bool = False
@@ -542,7 +634,7 @@ class StreamAssembler:
         )
         batch: list[Message] = []
         if sealing:
-            message = _ai(current.text(), requests)
+            message = _ai(current, requests)
             if message is not None:
                 batch.append(message)
         batch.append(tool_result)
@@ -581,7 +673,7 @@ class StreamAssembler:
         requests = current.requests
         if requests is None:
             requests = [call.request() for call in current.calls]
-            message = _ai(current.text(), requests)
+            message = _ai(current, requests)
             if message is not None:
                 self._check_storable([message])
         self._close_current(requests, current)
@@ -600,19 +692,21 @@ class StreamAssembler:
             return self.ready
         current = self._s.current
         if current.requests is None:
-            message = _ai(current.text(), [])
+            message = _ai(current, [], reasoning=False)
             try:
                 if message is not None:
                     self._check_storable([message])
             except InvalidMessageError:
                 current = _ModelCall()
-        self._close_current(current.requests or [], current)
+        self._close_current(current.requests or [], current, reasoning=False)
         return self.ready
 
-    def _close_current(self, requests: Sequence[ToolRequest], current: _ModelCall) -> None:
+    def _close_current(
+        self, requests: Sequence[ToolRequest], current: _ModelCall, *, reasoning: bool = True
+    ) -> None:
         batch: list[Message] = []
         if current.requests is None:  # sealed model calls were handed out result by result
-            message = _ai(current.text(), requests)
+            message = _ai(current, requests, reasoning=reasoning)
             if message is not None:
                 batch.append(message)
         self._s.ready.extend(batch)
@@ -624,9 +718,18 @@ class StreamAssembler:
 
     def feed(self, chunk: object) -> bool:
         """Take one stream chunk: LangChain4j-style JSON (str or dict), an OpenAI Chat
-        Completions chunk (dict or SDK object) or an Anthropic Messages event (dict or SDK
-        object). Returns ``True`` at a flush point. An unknown or malformed chunk (a missing
-        field, a field of the wrong type anywhere) raises
+        Completions chunk, an OpenAI Responses event or an Anthropic Messages event (each a
+        dict or an SDK object). Returns ``True`` at a flush point.
+
+        Reasoning is kept with the model call it came with: Anthropic ``thinking`` /
+        ``redacted_thinking`` blocks (text and signature deltas, complete at the block's stop;
+        a thinking block without a signature is not kept, since it could not be sent back),
+        Chat Completions ``reasoning_content`` deltas, and Responses ``reasoning`` items as
+        ``response.output_item.done`` sends them (with the ``function_call`` item ids). A
+        stream cut inside a reasoning part leaves nothing of that part.
+
+        An unknown or malformed chunk (a missing field, a field of the wrong type anywhere)
+        raises
         :class:`~memstore.errors.StreamProtocolError` naming it; the state is unchanged.
         """
         self._open()
@@ -652,6 +755,8 @@ class StreamAssembler:
             ops = self._langchain4j_ops(chunk, kind)
         elif kind in ANTHROPIC_TYPES:
             ops = self._anthropic_ops(chunk, kind)
+        elif kind is not None and kind.startswith(RESPONSES_PREFIX):
+            ops = self._responses_ops(chunk, kind)
         else:
             raise StreamProtocolError(
                 f"unknown chunk (type {_describe_kind(kind)}): {_describe_chunk(chunk)}"
@@ -682,10 +787,40 @@ class StreamAssembler:
         if name == "block":  # anthropic content_block_start: (block index, type)
             self._set_slot(self._s.current.anthropic_blocks, op[1], op[2])
             return False
-        if name == "block_default":  # anthropic: (index, default arguments)
+        if name == "block_default":  # anthropic, responses: (index, default arguments)
             self._set_attr(self._s.current.slots[op[1]], "default_arguments", op[2])
             return False
-        raise AssertionError(name)  # pragma: no cover
+        if name == "item_id":  # responses: (call id, function_call item id)
+            current = self._streaming("a function_call item")
+            self._check_fragment("a function_call item id", op[2])
+            self._set_slot(current.item_ids, op[1], op[2])
+            return False
+        self._apply_thought(op)
+        return False
+
+    def _apply_thought(self, op: tuple[Any, ...]) -> None:
+        """The reasoning operations of a chunk; ``op[1]`` keys the part being streamed."""
+        name, key = op[0], op[1]
+        current = self._streaming("reasoning")
+        if name == "thought_open":  # (key, provider, kind)
+            thought = _Thought(op[2], op[3])
+            self._append(current.thoughts, thought)
+            self._set_slot(current.thought_slots, key, thought)
+            return
+        thought = current.thought_slots[key]
+        if name == "thought_done":  # (key, the whole part as the provider sent it, or None)
+            if op[2] is not None:
+                self._check_reasoning(op[2])
+                self._set_attr(thought, "whole", op[2])
+            self._set_attr(thought, "done", True)
+            return
+        self._check_fragment("a reasoning delta", op[2])
+        if name == "thought_text":  # (key, delta)
+            self._append(thought.text_parts, op[2])
+        elif name == "thought_signature":  # (key, delta)
+            self._append(thought.signature_parts, op[2])
+        else:
+            raise AssertionError(name)  # pragma: no cover
 
     @staticmethod
     def _malformed(chunk: object, why: str) -> StreamProtocolError:
@@ -734,6 +869,11 @@ class StreamAssembler:
             delta = self._record_field(chunk, choice, "delta", required=False)
             if delta is None:
                 continue
+            thought = self._str_field(chunk, delta, REASONING_CONTENT, required=False)
+            if thought:
+                if REASONING_CONTENT not in self._s.current.thought_slots:
+                    ops.append(("thought_open", REASONING_CONTENT, OPENAI, REASONING_CONTENT))
+                ops.append(("thought_text", REASONING_CONTENT, thought))
             content = self._str_field(chunk, delta, "content", required=False)
             if content:
                 ops.append(("text", content))
@@ -758,6 +898,69 @@ class StreamAssembler:
                     )
                 )
         return ops
+
+    def _responses_ops(self, chunk: object, kind: str) -> list[tuple[Any, ...]]:
+        """OpenAI Responses stream events: text, function calls (with their item ids) and
+        reasoning items, kept whole as ``response.output_item.done`` sends them."""
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            text = self._str_field(chunk, chunk, "delta", required=True)
+            return [("text", text)] if text else []
+        if kind == "response.failed":
+            raise StreamProtocolError("the provider reported that the response failed")
+        if kind not in _RESPONSES_ITEM_EVENTS:
+            return []  # lifecycle, summary and content-part events: the items say it all
+        index = self._index_field(chunk, chunk, "output_index")
+        if index is None:
+            raise self._malformed(chunk, "output_index must be an int >= 0")
+        if kind == "response.function_call_arguments.delta":
+            if index not in self._s.current.slots:
+                raise self._malformed(chunk, f"arguments for unknown output item {index}")
+            fragment = self._str_field(chunk, chunk, "delta", required=True)
+            return [("delta", index, None, None, fragment)] if fragment else []
+        item = self._record_field(chunk, chunk, "item", required=True)
+        item_type = self._str_field(chunk, item, "type", required=True)
+        if item_type == "function_call":
+            return self._responses_call_ops(chunk, kind, index, item)
+        if item_type != "reasoning":
+            return []  # a message item's text came as output_text deltas
+        key = ("output", index)
+        opened = key in self._s.current.thought_slots
+        ops: list[tuple[Any, ...]] = []
+        if not opened:
+            ops.append(("thought_open", key, OPENAI, RESPONSES_REASONING))
+        if kind == "response.output_item.done":
+            ops.append(("thought_done", key, self._responses_reasoning(chunk, item)))
+        return ops
+
+    def _responses_call_ops(
+        self, chunk: object, kind: str, index: int, item: object
+    ) -> list[tuple[Any, ...]]:
+        call_id = self._str_field(chunk, item, "call_id", required=True)
+        name = self._str_field(chunk, item, "name", required=True)
+        arguments = self._str_field(chunk, item, "arguments", required=False)
+        item_id = self._str_field(chunk, item, "id", required=False)
+        ops: list[tuple[Any, ...]] = [("item_id", call_id, item_id)] if item_id else []
+        call = self._s.current.slots.get(index)
+        if call is None or call.id != call_id:  # the call starts here (or its start was lost)
+            return [("delta", index, call_id, name, arguments or None), *ops]
+        if kind == "response.output_item.done" and not call.argument_parts and arguments:
+            ops.append(("block_default", index, arguments))
+        return ops
+
+    def _responses_reasoning(self, chunk: object, item: object) -> Reasoning:
+        """The part of a finished reasoning item; its fields are checked, its values kept."""
+        fields = _as_json_object(item)
+        item_id = self._str_field(chunk, fields, "id", required=True)
+        encrypted = self._str_field(chunk, fields, "encrypted_content", required=False)
+        texts: list[str] = []
+        for part in self._list_field(chunk, fields, "summary"):
+            if not _is_record(part):
+                raise self._malformed(chunk, "a reasoning summary part is not an object")
+            texts.append(self._str_field(chunk, part, "text", required=True) or "")
+        try:
+            return responses_reasoning(item_id or "", texts, encrypted, fields)
+        except ValueError:  # pydantic: a field that is not JSON
+            raise self._malformed(chunk, "a reasoning item field is not JSON") from None
 
     def _langchain4j_ops(self, chunk: object, kind: str) -> list[tuple[Any, ...]]:
         if kind == "ai_response":
@@ -823,8 +1026,21 @@ class StreamAssembler:
                 call_id = self._str_field(chunk, block, "id", required=True)
                 name = self._str_field(chunk, block, "name", required=True)
                 return [("block", index, "tool_use"), ("delta", index, call_id, name, None)]
-            if block_type in ("thinking", "redacted_thinking"):
-                return [("block", index, str(block_type))]
+            if block_type == THINKING:
+                key = ("block", index)
+                ops = [("block", index, THINKING), ("thought_open", key, ANTHROPIC, THINKING)]
+                text = self._str_field(chunk, block, "thinking", required=False)
+                signature = self._str_field(chunk, block, "signature", required=False)
+                ops += [("thought_text", key, text)] if text else []
+                return ops + ([("thought_signature", key, signature)] if signature else [])
+            if block_type == REDACTED_THINKING:
+                key = ("block", index)
+                data = self._str_field(chunk, block, "data", required=True)
+                return [
+                    ("block", index, REDACTED_THINKING),
+                    ("thought_open", key, ANTHROPIC, REDACTED_THINKING),
+                    ("thought_signature", key, data),
+                ]
             raise self._malformed(chunk, f"unknown content block type {_describe_kind(block_type)}")
         if kind == "content_block_delta":
             delta = self._record_field(chunk, chunk, "delta", required=True)
@@ -836,15 +1052,35 @@ class StreamAssembler:
                     raise self._malformed(chunk, f"input_json_delta for non-tool block {index}")
                 partial = self._str_field(chunk, delta, "partial_json", required=True)
                 return [("delta", index, None, None, partial)]
+            if delta_type in _THINKING_DELTAS:
+                if blocks.get(index) != THINKING:
+                    raise self._malformed(chunk, f"{delta_type} for non-thinking block {index}")
+                field_name, op = _THINKING_DELTAS[delta_type]
+                value = self._str_field(chunk, delta, field_name, required=True)
+                return [(op, ("block", index), value)] if value else []
             if delta_type in _ANTHROPIC_IGNORED_DELTAS:
                 return []
             raise self._malformed(chunk, f"unknown delta type {_describe_kind(delta_type)}")
-        # content_block_stop: a tool_use block without input deltas has the input {}
+        # content_block_stop: a thinking block is complete (it is kept only with its
+        # signature); a tool_use block without input deltas has the input {}
+        if blocks.get(index) in (THINKING, REDACTED_THINKING):
+            if ("block", index) in self._s.current.thought_slots:
+                return [("thought_done", ("block", index), None)]
+            return []
         if blocks.get(index) == "tool_use":
             call = self._s.current.slots.get(index)
             if call is not None and not call.argument_parts and call.default_arguments is None:
                 return [("block_default", index, "{}")]
         return []
+
+
+def _as_json_object(item: object) -> dict[str, Any]:
+    """A Responses item as the JSON object the API sent (an SDK object is dumped; absent
+    fields, which SDK objects hold as ``None``, are left out either way)."""
+    if not isinstance(item, Mapping):
+        dump = getattr(item, "model_dump", None)
+        item = dump(mode="json", exclude_none=True) if callable(dump) else vars(item)
+    return {key: value for key, value in item.items() if value is not None}
 
 
 def turn_display(

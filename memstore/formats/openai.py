@@ -62,6 +62,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from memstore.core.reasoning import REASONING_CONTENT
 from memstore.formats._common import (
     PARTICIPANT_NAME_KEY,
     ReasoningScope,
@@ -86,9 +87,6 @@ from memstore.messages import (
 )
 
 PROVIDER = "openai"
-REASONING_CONTENT = "reasoning_content"
-"""The assistant key (and :class:`~memstore.messages.Reasoning` kind) of OpenAI-compatible
-servers' reasoning (DeepSeek's thinking mode, vLLM, Qwen)."""
 
 __all__ = ["from_openai", "to_openai"]
 

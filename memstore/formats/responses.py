@@ -51,6 +51,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from memstore.core.reasoning import (
+    OPENAI,
+    RESPONSES_ITEM_IDS_KEY,
+    RESPONSES_REASONING,
+    responses_reasoning,
+)
 from memstore.formats._common import (
     ReasoningScope,
     ToolNames,
@@ -73,14 +79,11 @@ from memstore.messages import (
     UserMessage,
 )
 
-PROVIDER = "openai"
-REASONING = "reasoning"
+PROVIDER = OPENAI
+REASONING = RESPONSES_REASONING
 """The :class:`~memstore.messages.Reasoning` kind of a Responses reasoning item."""
-ITEM_IDS_KEY = "openai_item_ids"
+ITEM_IDS_KEY = RESPONSES_ITEM_IDS_KEY
 """Canonical ``metadata`` key of an AI message's ``function_call`` item ids, by call id."""
-
-_REASONING_OWN = ("type", "id", "encrypted_content")
-"""Reasoning item keys held in :class:`Reasoning` fields; the rest go to ``extra``."""
 
 __all__ = ["ITEM_IDS_KEY", "REASONING", "from_responses", "to_responses"]
 
@@ -233,15 +236,13 @@ def _reasoning(index: int, item: Mapping[str, Any]) -> Reasoning:
     return build(
         PROVIDER,
         index,
-        Reasoning,
-        provider=PROVIDER,
-        kind=REASONING,
-        id=string(PROVIDER, index, item.get("id"), "reasoning id"),
-        text="\n\n".join(texts) if texts else None,
-        signature=None
+        responses_reasoning,
+        item_id=string(PROVIDER, index, item.get("id"), "reasoning id"),
+        summary_texts=texts,
+        encrypted_content=None
         if signature is None
         else string(PROVIDER, index, signature, "encrypted_content"),
-        extra={key: value for key, value in item.items() if key not in _REASONING_OWN},
+        item=item,
     )
 
 

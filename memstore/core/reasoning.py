@@ -1,0 +1,48 @@
+"""Reasoning parts shared by the formats and the stream collector (pure, no I/O).
+
+What a provider's reasoning looks like as a :class:`~memstore.messages.Reasoning` part is
+decided here once, so a reasoning item read from a request (:mod:`memstore.formats.responses`)
+and one assembled from a stream (:mod:`memstore.core.stream`) are the same part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memstore.messages import Reasoning
+
+OPENAI = "openai"
+ANTHROPIC = "anthropic"
+RESPONSES_REASONING = "reasoning"
+"""The kind of an OpenAI Responses ``reasoning`` item."""
+REASONING_CONTENT = "reasoning_content"
+"""The kind (and assistant key) of OpenAI-compatible servers' reasoning text (DeepSeek's
+thinking mode, vLLM, Qwen)."""
+THINKING = "thinking"
+REDACTED_THINKING = "redacted_thinking"
+RESPONSES_ITEM_IDS_KEY = "openai_item_ids"
+"""Canonical ``metadata`` key of an AI message's Responses ``function_call`` item ids, by call
+id (an item id goes back only with the reasoning it belongs to)."""
+
+RESPONSES_OWN_KEYS = ("type", "id", "encrypted_content")
+"""Reasoning item keys held in :class:`Reasoning` fields; every other key goes to ``extra``."""
+
+
+def responses_reasoning(
+    item_id: str,
+    summary_texts: Sequence[str],
+    encrypted_content: str | None,
+    item: Mapping[str, Any],
+) -> Reasoning:
+    """The part of one Responses ``reasoning`` item (fields already checked): its summary
+    texts joined by a blank line as ``text``, ``encrypted_content`` as ``signature``, and the
+    item's other keys, as they were, in ``extra``."""
+    return Reasoning(
+        provider=OPENAI,
+        kind=RESPONSES_REASONING,
+        id=item_id,
+        text="\n\n".join(summary_texts) if summary_texts else None,
+        signature=encrypted_content,
+        extra={key: value for key, value in item.items() if key not in RESPONSES_OWN_KEYS},
+    )

@@ -120,6 +120,11 @@ class Reasoning(_Model):
     ``encrypted_content``, thought signature), ``id`` the provider's item id, and ``extra``
     any other field of the provider's item, as JSON. Every value is kept byte for byte; a
     format renders reasoning only for the provider that produced it.
+
+    ``before_call`` keeps the part's place in the reply: the id of the message's tool request
+    the part came right before, when the model wrote it after the reply's text or an earlier
+    call (several reasoning items between parallel calls, thinking between ``tool_use``
+    blocks); ``None`` puts it at the head of the reply. Formats render each part there.
     """
 
     provider: StrictStr = Field(min_length=1)
@@ -128,6 +133,7 @@ class Reasoning(_Model):
     signature: StrictStr | None = None
     id: StrictStr | None = None
     extra: Metadata = EMPTY_METADATA
+    before_call: StrictStr | None = None
 
 
 def _freeze_reasoning(value: Sequence[Reasoning]) -> Sequence[Reasoning]:
@@ -164,7 +170,8 @@ class AiMessage(_Model):
     tool_requests: ToolRequests = EMPTY_REQUESTS
     """The requested calls, in order: a read-only list (any sequence is accepted)."""
     reasoning: ReasoningParts = EMPTY_REASONING
-    """The reasoning that came before the text and the calls (see :class:`Reasoning`)."""
+    """The reasoning that came with the reply, in order (see :class:`Reasoning`; a part's
+    ``before_call`` places it between the calls)."""
     metadata: Metadata = EMPTY_METADATA
 
     def __init__(self, **data: Any) -> None:
@@ -191,6 +198,12 @@ def check_ai_shape(message: AiMessage) -> None:
     elif len(requests) > 1 and len({request.id for request in requests}) != len(requests):
         ids = [request.id for request in requests]
         raise InvalidMessageError(f"invalid AiMessage: duplicate tool call ids in {ids}")
+    for number, part in enumerate(message.reasoning):
+        if part.before_call is not None and all(r.id != part.before_call for r in requests):
+            raise InvalidMessageError(
+                f"invalid AiMessage: reasoning[{number}].before_call names no tool request "
+                "of the message"
+            )
 
 
 class ToolResult(_Model):

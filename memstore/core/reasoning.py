@@ -7,7 +7,7 @@ and one assembled from a stream (:mod:`memstore.core.stream`) are the same part.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memstore.messages import Reasoning
@@ -46,3 +46,26 @@ def responses_reasoning(
         signature=encrypted_content,
         extra={key: value for key, value in item.items() if key not in RESPONSES_OWN_KEYS},
     )
+
+
+def placed(
+    parts: Iterable[Reasoning], call_ids: Iterable[str] = ()
+) -> tuple[list[Reasoning], dict[str, list[Reasoning]]]:
+    """A reply's reasoning parts by place: those at its head, and those right before each of
+    ``call_ids`` (see :attr:`~memstore.messages.Reasoning.before_call`), in order. A part
+    placed before a call the reply does not hold (none is ever stored) goes to the head:
+    never dropped."""
+    ids = set(call_ids)
+    head: list[Reasoning] = []
+    before: dict[str, list[Reasoning]] = {}
+    for part in parts:
+        if part.before_call is None or part.before_call not in ids:
+            head.append(part)
+        else:
+            before.setdefault(part.before_call, []).append(part)
+    return head, before
+
+
+def placed_before(parts: Iterable[Reasoning], call_id: str) -> list[Reasoning]:
+    """``parts`` (read right before the call ``call_id``) placed there."""
+    return [part.model_copy(update={"before_call": call_id}) for part in parts]

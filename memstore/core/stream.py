@@ -63,6 +63,7 @@ from memstore.core.reasoning import (
     RESPONSES_ITEM_IDS_KEY,
     RESPONSES_REASONING,
     THINKING,
+    placed_before,
     responses_reasoning,
 )
 from memstore.errors import (
@@ -284,6 +285,10 @@ class _Thought:
     """The provider closed the part (``reasoning_content`` has no end: it is always whole)."""
     whole: Reasoning | None = None
     """The part as the provider finally sent it (a Responses item, or :meth:`on_reasoning`)."""
+    calls_before: int = 0
+    """How many calls of the model call had started when the part started."""
+    after_output: bool = False
+    """Text or a call came before the part (then it is placed before the next call)."""
 
     def finish(self) -> Reasoning | None:
         """The part to store, or ``None`` while incomplete or when what arrived cannot be sent
@@ -322,10 +327,29 @@ class _ModelCall:
     def text(self) -> str:
         return _join(self.text_parts)
 
-    def reasoning(self) -> list[Reasoning]:
-        """The complete reasoning parts, in order."""
-        parts = (thought.finish() for thought in self.thoughts)
-        return [part for part in parts if part is not None]
+    def reasoning(self, requests: Sequence[ToolRequest]) -> list[Reasoning]:
+        """The complete reasoning parts, in order; a part that came after the reply's text or
+        a call is placed right before the call that followed it."""
+        parts: list[Reasoning] = []
+        for thought in self.thoughts:
+            part = thought.finish()
+            if part is None:
+                continue
+            if thought.after_output and thought.calls_before < len(requests):
+                part = placed_before([part], requests[thought.calls_before].id)[0]
+            parts.append(part)
+        return parts
+
+    def thought(self, provider: str, kind: str, whole: Reasoning | None = None) -> _Thought:
+        """A new reasoning part starting here."""
+        return _Thought(
+            provider,
+            kind,
+            done=whole is not None,
+            whole=whole,
+            calls_before=len(self.calls),
+            after_output=bool(self.calls or self.text_parts),
+        )
 
     def metadata(self) -> dict[str, Any]:
         return {RESPONSES_ITEM_IDS_KEY: dict(self.item_ids)} if self.item_ids else {}
@@ -357,7 +381,7 @@ def _ai(
     """The AI message of a model call, with its finished reasoning; ``None`` when it has no
     requests and only blank text (reasoning alone is no reply)."""
     text = current.text()
-    thoughts = current.reasoning() if reasoning else []
+    thoughts = current.reasoning(requests) if reasoning else []
     if requests:
         return AiMessage(
             text=text or None,
@@ -576,15 +600,21 @@ class StreamAssembler:
     def on_reasoning(self, part: Reasoning) -> None:
         """A whole reasoning part of the current model call (a thinking block, a Responses
         reasoning item, a thought signature), for apps that assemble reasoning themselves.
-        It joins the model call's AI message, after the parts streamed before it; the provider
-        needs it back byte for byte with the calls it led to. A part the store would refuse
+        It joins the model call's AI message where it arrives (after text or a call, it is
+        placed before the next call); the provider needs it back byte for byte with the calls
+        it led to. A part the store would refuse
         raises :class:`~memstore.errors.InvalidMessageError` /
         :class:`~memstore.errors.MessageTooLargeError` and changes nothing."""
         if not isinstance(part, Reasoning):
             raise StreamProtocolError(f"a reasoning part must be a Reasoning, got {_got(part)}")
+        if part.before_call is not None:
+            raise StreamProtocolError(
+                "a streamed reasoning part takes its place from when it arrives; pass it "
+                "without before_call"
+            )
         current = self._streaming("reasoning")
         self._check_reasoning(part)
-        self._append(current.thoughts, _Thought(part.provider, part.kind, done=True, whole=part))
+        self._append(current.thoughts, current.thought(part.provider, part.kind, part))
 
     def on_tool_executed(
         self, id: str, result: str, is_error: bool = False, *, truncate: bool = False
@@ -803,7 +833,7 @@ class StreamAssembler:
         name, key = op[0], op[1]
         current = self._streaming("reasoning")
         if name == "thought_open":  # (key, provider, kind)
-            thought = _Thought(op[2], op[3])
+            thought = current.thought(op[2], op[3])
             self._append(current.thoughts, thought)
             self._set_slot(current.thought_slots, key, thought)
             return

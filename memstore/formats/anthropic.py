@@ -73,12 +73,13 @@ tool name.
 
 Thinking: an ``AiMessage``'s :class:`~memstore.messages.Reasoning` parts of provider
 ``anthropic`` are sent as ``thinking`` (``thinking`` = ``text``, ``signature``) and
-``redacted_thinking`` (``data`` = ``signature``) blocks at the head of its assistant turn,
-byte for byte and in order, so a tool loop in progress goes back with the blocks the API
-requires before its ``tool_use`` (``to_anthropic(..., reasoning=...)`` chooses which turns' go
-back; reasoning of other providers never does). :func:`from_anthropic` reads them back: a
-thinking block belongs to the block after it (an AI message opens at a text block, or at a
-``tool_use`` block that follows thinking), so a turn's blocks come back in their order.
+``redacted_thinking`` (``data`` = ``signature``) blocks, byte for byte and in order: at the
+head of its assistant turn, or right before the ``tool_use`` block a part's ``before_call``
+names. So a tool loop in progress goes back with the blocks the API requires before its
+``tool_use`` (``to_anthropic(..., reasoning=...)`` chooses which turns' go back; reasoning of
+other providers never does). :func:`from_anthropic` reads them back: a thinking block belongs
+to the block after it (the head of the message a text block opens, or its place before a
+``tool_use`` block), so a turn's blocks come back in their order.
 
 :func:`from_anthropic` accepts and drops ``cache_control`` on blocks and ``citations`` when it is
 ``None`` or empty. Anything else raises :class:`~memstore.errors.FormatConversionError` naming the
@@ -91,6 +92,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from memstore.core.reasoning import placed, placed_before
 from memstore.formats._common import (
     ReasoningScope,
     ToolNames,
@@ -169,10 +171,12 @@ def to_anthropic(
             }
             turns.append({"role": "user", "content": [block]})
         else:
-            blocks: list[dict[str, Any]] = [_thinking_block(part) for part in thoughts[index]]
+            head, before = placed(thoughts[index], (r.id for r in message.tool_requests))
+            blocks: list[dict[str, Any]] = [_thinking_block(part) for part in head]
             if message.text is not None and (message.text or not message.tool_requests):
                 blocks.append({"type": "text", "text": message.text})
             for call in message.tool_requests:
+                blocks.extend(_thinking_block(part) for part in before.get(call.id, ()))
                 blocks.append(
                     {
                         "type": "tool_use",
@@ -361,9 +365,10 @@ def _user(index: int, content: list[Any], names: ToolNames) -> list[Message]:
 
 def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
     # Each text block opens a message; tool_use blocks join the open one (or open a textless
-    # one). Thinking blocks go with the block after them: a block after thinking opens a
-    # message, so the order of the turn's blocks comes back (thinking at the end of a turn
-    # joins the last message).
+    # one). Thinking blocks go with the block after them: at the head of the message a text
+    # block opens, or placed right before a tool_use block that joins the open message
+    # (``before_call``), so the order of the turn's blocks comes back (thinking at the end of
+    # a turn joins the last message).
     pieces: list[tuple[str | None, list[ToolRequest], list[Reasoning]]] = []
     thinking: list[Reasoning] = []
     for position, raw in enumerate(content):
@@ -389,11 +394,13 @@ def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
                 name=string(PROVIDER, index, block.get("name"), f"{where}.name"),
                 arguments=raw_arguments,
             )
-            if not pieces or pieces[-1][:2] == ("", []) or thinking:
+            if not pieces or pieces[-1][:2] == ("", []):
                 # An empty text block never carries requests: to_anthropic leaves it out next
                 # to requests, so it was a message of its own.
                 pieces.append((None, [], thinking))
-                thinking = []
+            else:  # thinking between the reply's text or calls and this call stays there
+                pieces[-1][2].extend(placed_before(thinking, request.id))
+            thinking = []
             pieces[-1][1].append(request)
         else:
             raise fail(PROVIDER, index, f"{where}: an assistant turn cannot hold a {kind} block")

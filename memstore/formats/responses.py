@@ -39,11 +39,12 @@ Mapping:
 * ``ToolResult`` <-> ``{"type": "function_call_output", "call_id", "output": text}``.
 
 :func:`from_responses` groups an assistant turn's items as the model produced them: a reasoning
-item goes with the message or call after it, calls join the reply before them unless reasoning
-stands between (then they start a reply of their own), so :func:`to_responses` gives the items
-back in their order. What a round trip loses: ``is_error`` (the output has no error flag), the
-tool name of a result (taken back from the call), an assistant message's item id and status,
-``annotations``, and ``metadata`` other than the item ids.
+item goes with the message or call after it (placed right before that call when it stands
+between the reply's text or calls: :attr:`~memstore.messages.Reasoning.before_call`), and calls
+join the reply before them, so :func:`to_responses` gives the items back in their order. What
+a round trip loses: ``is_error`` (the output has no error flag), the tool name of a result
+(taken back from the call), an assistant message's item id and status, ``annotations``, and
+``metadata`` other than the item ids.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ from memstore.core.reasoning import (
     OPENAI,
     RESPONSES_ITEM_IDS_KEY,
     RESPONSES_REASONING,
+    placed,
+    placed_before,
     responses_reasoning,
 )
 from memstore.formats._common import (
@@ -111,11 +114,13 @@ def to_responses(
             )
         else:
             sent = [part for part in thoughts[index] if part.kind == REASONING]
-            items.extend(_reasoning_item(part) for part in sent)
+            head, before = placed(sent, (call.id for call in message.tool_requests))
+            items.extend(_reasoning_item(part) for part in head)
             if message.text is not None:
                 items.append({"role": "assistant", "content": message.text})
             ids = message.metadata.get(ITEM_IDS_KEY) if sent else None
             for call in message.tool_requests:
+                items.extend(_reasoning_item(part) for part in before.get(call.id, ()))
                 item: dict[str, Any] = {
                     "type": "function_call",
                     "call_id": call.id,
@@ -174,10 +179,11 @@ def from_responses(items: Iterable[Mapping[str, Any]]) -> list[Message]:
             pending.append(_reasoning(index, item))
         elif kind == "function_call":
             request, item_id = _call(index, item)
-            if reply is None or pending:
-                close()
+            if reply is None:
                 reply = _Reply(index, None, pending)
-                pending = []
+            else:  # reasoning between the reply's text or calls and this call stays there
+                reply.reasoning.extend(placed_before(pending, request.id))
+            pending = []
             reply.add(request, item_id)
         elif kind == "message" and item.get("role") == "assistant":
             close()

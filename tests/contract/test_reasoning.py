@@ -157,11 +157,11 @@ def test_streamed_reasoning_survives_a_restart_mid_tool_loop(
     items = to_responses(fresh.memory(other).messages())
     assert [item.get("type", "message") for item in items] == [
         "reasoning",
-        "reasoning",
         "function_call",
+        "reasoning",
         "function_call",
         "function_call_output",
         "function_call_output",
         "message",
     ]
-    assert [item.get("id") for item in items[:4]] == ["rs_1", "rs_2", "fc_1", "fc_2"]
+    assert [item.get("id") for item in items[:4]] == ["rs_1", "fc_1", "rs_2", "fc_2"]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 from pydantic_core import ValidationError
 
+from memstore.core.reasoning import placed
 from memstore.core.rows import decode_payload, encode_payload
 from memstore.core.tokens import approximate_tokens
 from memstore.core.window import StoredMessage, select_window
@@ -172,17 +173,20 @@ def test_anthropic_thinking_goes_with_the_block_after_it() -> None:
             {"type": "text", "text": "First."},
             {"type": "thinking", "thinking": "then a call", "signature": "s1"},
             {"type": "tool_use", "id": "t1", "name": "n", "input": {}},
-            {"type": "thinking", "thinking": "at the end", "signature": "s2"},
+            {"type": "thinking", "thinking": "between calls", "signature": "s2"},
+            {"type": "tool_use", "id": "t2", "name": "n", "input": {}},
         ],
     }
     messages = from_anthropic([{"role": "user", "content": "go"}, turn])
-    ais = [m for m in messages if isinstance(m, AiMessage)]
-    assert [(m.text, [r.id for r in m.tool_requests]) for m in ais] == [
-        ("First.", []),
-        (None, ["t1"]),
-    ]
-    assert [[p.signature for p in m.reasoning] for m in ais] == [[], ["s1", "s2"]]
-    assert to_anthropic(messages).messages[1]["content"][1]["type"] == "thinking"
+    (ai,) = [m for m in messages if isinstance(m, AiMessage)]
+    assert (ai.text, [r.id for r in ai.tool_requests]) == ("First.", ["t1", "t2"])
+    assert [(p.signature, p.before_call) for p in ai.reasoning] == [("s1", "t1"), ("s2", "t2")]
+    assert to_anthropic(messages).messages[1] == turn
+    # thinking at the end of a turn is kept, at the head of the last reply
+    end = {"type": "thinking", "thinking": "at the end", "signature": "s3"}
+    ending = {"role": "assistant", "content": [*turn["content"], end]}
+    (ai,) = [m for m in from_anthropic([ending]) if isinstance(m, AiMessage)]
+    assert [(p.signature, p.before_call) for p in ai.reasoning][2] == ("s3", None)
 
 
 def test_anthropic_refuses_reasoning_it_cannot_keep() -> None:
@@ -234,10 +238,12 @@ RESPONSES_ITEMS: list[dict[str, Any]] = [
 def test_responses_reasoning_items_round_trip_before_their_calls() -> None:
     messages = from_responses(RESPONSES_ITEMS)
     ais = [m for m in messages if isinstance(m, AiMessage)]
-    assert [[p.id for p in m.reasoning] for m in ais] == [["rs_1"], ["rs_2"], ["rs_3"]]
+    assert [[p.id for p in m.reasoning] for m in ais] == [["rs_1", "rs_2"], ["rs_3"]]
+    assert [p.before_call for p in ais[0].reasoning] == [None, "call_2"]
     assert ais[0].reasoning[0].signature == signature(5)
     assert ais[0].reasoning[0].text == "**Planning** two writes"
-    assert ais[1].metadata[ITEM_IDS_KEY] == {"call_2": "fc_2"}
+    assert ais[0].metadata[ITEM_IDS_KEY] == {"call_1": "fc_1", "call_2": "fc_2"}
+    assert validate(messages, "openai") == []
     items = to_responses(messages)
     assert items == RESPONSES_ITEMS
     assert_responses_input(items)
@@ -417,9 +423,19 @@ def reasoned_histories(draw: st.DrawFn) -> list[StoredMessage]:
     for row in rows:
         message = row.message
         if isinstance(message, AiMessage):
-            message = message.model_copy(update={"reasoning": draw(reasonings)})
+            places = st.sampled_from([None, *(r.id for r in message.tool_requests)])
+            parts = [
+                part.model_copy(update={"before_call": draw(places)}) for part in draw(reasonings)
+            ]
+            message = message.model_copy(update={"reasoning": parts})
         out.append(StoredMessage(row.id, message))
     return out
+
+
+def in_rendered_order(message: AiMessage) -> list[Reasoning]:
+    """A reply's parts in the order a request carries them: the head, then each call's."""
+    head, before = placed(message.reasoning, (r.id for r in message.tool_requests))
+    return head + [part for call in message.tool_requests for part in before.get(call.id, [])]
 
 
 @PROPERTY
@@ -450,9 +466,11 @@ def test_every_window_keeps_each_call_with_its_reasoning(
         i
         for m in messages
         if isinstance(m, AiMessage)
-        for p in m.reasoning
+        for p in in_rendered_order(m)
         if p.kind == "reasoning"
-        for i in to_responses([AiMessage(text="", reasoning=[p])])
+        for i in to_responses(
+            [AiMessage(text="", reasoning=[p.model_copy(update={"before_call": None})])]
+        )
         if i.get("type") == "reasoning"
     ]
     system, turns = to_anthropic(messages)
@@ -466,9 +484,14 @@ def test_every_window_keeps_each_call_with_its_reasoning(
         (p.kind, p.signature)
         for m in messages
         if isinstance(m, AiMessage)
-        for p in m.reasoning
+        for p in in_rendered_order(m)
         if p.provider == "anthropic"
     ]
-    got = [(p.kind, p.signature) for m in back if isinstance(m, AiMessage) for p in m.reasoning]
+    got = [
+        (p.kind, p.signature)
+        for m in back
+        if isinstance(m, AiMessage)
+        for p in in_rendered_order(m)
+    ]
     assert got == sent  # byte for byte, in order
     assert validate(messages, "openai") == []

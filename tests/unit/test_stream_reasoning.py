@@ -407,9 +407,9 @@ def test_responses_reasoning_items_and_call_ids_are_kept(form: Any) -> None:
         ToolRequest(id="call_1", name="write", arguments=ARGS),
         ToolRequest(id="call_2", name="write", arguments='{"path": "b.txt"}'),
     ]
-    assert [(p.id, p.text, p.signature) for p in ai.reasoning] == [
-        ("rs_1", "Write a first.", signature(3)),
-        ("rs_2", "Then b.", signature(4)),
+    assert [(p.id, p.text, p.signature, p.before_call) for p in ai.reasoning] == [
+        ("rs_1", "Write a first.", signature(3), None),
+        ("rs_2", "Then b.", signature(4), "call_2"),  # it came between the calls
     ]
     assert ai.metadata[ITEM_IDS_KEY] == {"call_1": "fc_1", "call_2": "fc_2"}
     items = to_responses([UserMessage(text="write both"), *a.ready])
@@ -422,6 +422,56 @@ def test_responses_reasoning_items_and_call_ids_are_kept(form: Any) -> None:
     assert reasoning[0]["summary"] == [{"type": "summary_text", "text": "Write a first."}]
     calls = [item for item in items if item.get("type") == "function_call"]
     assert [(c["id"], c["call_id"]) for c in calls] == [("fc_1", "call_1"), ("fc_2", "call_2")]
+    # each reasoning item right before its call, as the model produced them
+    assert [item.get("id") for item in items[1:5]] == ["rs_1", "fc_1", "rs_2", "fc_2"]
+
+
+def test_thinking_between_tool_use_blocks_keeps_its_place() -> None:
+    events = thinking_then_tool_use([SIG])
+    second = [
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "thinking_delta", "thinking": "And b."},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "signature_delta", "signature": signature(8)},
+        },
+        {"type": "content_block_stop", "index": 2},
+        {
+            "type": "content_block_start",
+            "index": 3,
+            "content_block": {"type": "tool_use", "id": "toolu_2", "name": "write", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 3,
+            "delta": {"type": "input_json_delta", "partial_json": ARGS},
+        },
+        {"type": "content_block_stop", "index": 3},
+    ]
+    stop = events.index({"type": "content_block_stop", "index": 1}) + 1
+    a = StreamAssembler()
+    for event in as_dicts(events[:stop] + second + events[stop:], ANTHROPIC_EVENT):
+        a.feed(event)
+    a.on_tool_executed("toolu_1", "ok")
+    a.on_tool_executed("toolu_2", "ok")
+    _, request = to_anthropic([UserMessage(text="write a and b"), *a.ready])
+    assert_anthropic_request(request)
+    blocks = request[1]["content"]
+    assert [(b["type"], b.get("signature", b.get("id"))) for b in blocks] == [
+        ("thinking", SIG),
+        ("tool_use", "toolu_1"),
+        ("thinking", signature(8)),
+        ("tool_use", "toolu_2"),
+    ]
 
 
 def test_responses_text_is_the_reply() -> None:

@@ -1,6 +1,6 @@
-"""Fuzzing ``StreamAssembler.feed`` with random and mutated chunk sequences of the three
-protocols it accepts (LangChain4j-style JSON, OpenAI Chat Completions chunks, Anthropic
-Messages events), as dicts, JSON text, bytes and SDK-like objects.
+"""Fuzzing ``StreamAssembler.feed`` with random and mutated chunk sequences of the protocols
+it accepts (LangChain4j-style JSON, OpenAI Chat Completions chunks, Anthropic Messages events,
+thinking included, OpenAI Responses events), as dicts, JSON text, bytes and SDK-like objects.
 
 For every sequence:
 
@@ -35,6 +35,7 @@ from tests.unit.test_stream import (
     grow_turn,
     traced_steps,
 )
+from tests.unit.test_stream_reasoning import SIG, responses_turn, thinking_then_tool_use
 
 EXAMPLES = int(os.environ.get("MEMSTORE_TEST_FUZZ_EXAMPLES", "60"))
 GROWN_ROUNDS = 40
@@ -195,13 +196,28 @@ def wrapped(draw: st.DrawFn, chunk: Any) -> Any:
 
 
 generated = st.one_of(openai_chunks(), anthropic_chunks(), langchain4j_chunks())
-recorded = st.sampled_from([*OPENAI_STREAM, *ANTHROPIC_STREAM, *LANGCHAIN4J_STREAM])
+THINKING_STREAM = thinking_then_tool_use([SIG[:16], SIG[16:]])
+RESPONSES_STREAM = responses_turn()
+recorded = st.sampled_from(
+    [*OPENAI_STREAM, *ANTHROPIC_STREAM, *LANGCHAIN4J_STREAM, *THINKING_STREAM, *RESPONSES_STREAM]
+)
 
 
 @st.composite
 def chunk_sequences(draw: st.DrawFn) -> list[Any]:
     """A recorded stream, cut and spliced with generated chunks, some of them mutated."""
-    base = draw(st.sampled_from([OPENAI_STREAM, ANTHROPIC_STREAM, LANGCHAIN4J_STREAM, []]))
+    base = draw(
+        st.sampled_from(
+            [
+                OPENAI_STREAM,
+                ANTHROPIC_STREAM,
+                LANGCHAIN4J_STREAM,
+                THINKING_STREAM,
+                RESPONSES_STREAM,
+                [],
+            ]
+        )
+    )
     chunks: list[Any] = list(base)
     for _ in range(draw(st.integers(0, 12))):
         source = draw(st.sampled_from(["generated", "recorded"]))

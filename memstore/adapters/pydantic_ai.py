@@ -14,7 +14,12 @@ history see the conversation like any other:
 
 * a ``ModelResponse`` -> one AI row: its text parts joined as the text, each ``ToolCallPart`` a
   tool request (``args`` as the string the model sent, or canonical JSON when the framework holds
-  a dict); a response with neither text nor calls (only thinking, say) is an opaque row;
+  a dict); the ``ThinkingPart`` parts that a provider takes back become the row's
+  :class:`~memstore.messages.Reasoning` parts, in place (Anthropic thinking with its signature
+  and redacted thinking, OpenAI Responses reasoning items, one per item id with its summaries
+  and ``encrypted_content``, and ``reasoning_content``), so a window rebuilt from SQL sends
+  them with their calls; other thinking stays in the metadata copy only. A response with
+  neither text nor calls (only thinking, say) is an opaque row;
 * a ``ModelRequest`` -> one row per part: a ``ToolReturnPart`` is a tool result, a
   ``ToolReturnPart`` whose ``outcome`` is not ``success`` (a retry, a failure) and a
   legacy ``RetryPromptPart`` for a tool are error results, a ``UserPromptPart`` a user message, a
@@ -77,6 +82,7 @@ try:
         RetryPromptPart,
         SystemPromptPart,
         TextPart,
+        ThinkingPart,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
@@ -95,11 +101,22 @@ from memstore.core.crypto import ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.id_order import newest_of
 from memstore.core.inputs import normalize_app_id
 from memstore.core.loader import RowRequest, run_steps, window_steps
+from memstore.core.reasoning import (
+    ANTHROPIC,
+    OPENAI,
+    REASONING_CONTENT,
+    REDACTED_THINKING,
+    RESPONSES_REASONING,
+    THINKING,
+    placed_before,
+    responses_reasoning,
+)
 from memstore.core.rows import open_payload
 from memstore.core.window import StoredMessage, is_synthetic, select_window
 from memstore.messages import (
     AiMessage,
     Message,
+    Reasoning,
     SystemMessage,
     ToolRequest,
     ToolResult,
@@ -162,6 +179,76 @@ def _user_text(part: UserPromptPart) -> str:
     return "".join(item if isinstance(item, str) else f"[{item.kind}]" for item in part.content)
 
 
+def _thinking(part: ThinkingPart) -> Reasoning | None:
+    """The part pydantic-ai replays to its provider, as memstore keeps it; ``None`` for thinking
+    no provider takes back (no signature, another provider: it stays in the metadata copy).
+    A Responses reasoning item spread over several parts (one per summary) is merged by the
+    caller."""
+    if part.provider_name == ANTHROPIC and part.signature:
+        if part.id == REDACTED_THINKING:
+            return Reasoning(provider=ANTHROPIC, kind=REDACTED_THINKING, signature=part.signature)
+        return Reasoning(
+            provider=ANTHROPIC, kind=THINKING, text=part.content, signature=part.signature
+        )
+    if part.provider_name == OPENAI and part.id == REASONING_CONTENT and part.content:
+        return Reasoning(provider=OPENAI, kind=REASONING_CONTENT, text=part.content)
+    if part.provider_name == OPENAI and part.id and part.id.startswith("rs_"):
+        item: dict[str, Any] = {"summary": []}
+        if part.content:
+            item["summary"] = [{"type": "summary_text", "text": part.content}]
+        raw = (part.provider_details or {}).get("raw_content")
+        if isinstance(raw, list) and all(isinstance(text, str) for text in raw):
+            item["content"] = [{"type": "reasoning_text", "text": text} for text in raw]
+        texts = [part.content] if part.content else []
+        return responses_reasoning(part.id, texts, part.signature, item)
+    return None
+
+
+def _merged(first: Reasoning, more: Reasoning) -> Reasoning:
+    """One Responses reasoning item from two of its parts (the next summary of the same id)."""
+    summary = [*first.extra.get("summary", ()), *more.extra.get("summary", ())]
+    texts = [entry["text"] for entry in summary]
+    return responses_reasoning(
+        first.id or "",
+        texts,
+        first.signature or more.signature,
+        {**more.extra, **first.extra, "summary": summary},
+    )
+
+
+def _reasoning(message: ModelResponse, calls: list[ToolRequest]) -> list[Reasoning]:
+    """The response's thinking, in order; a part after text or a call is placed before the
+    next call (the order pydantic-ai replays the parts in)."""
+    out: list[Reasoning] = []
+    unplaced: list[int] = []
+    """Positions in ``out`` of parts after text or a call, waiting for the next call."""
+    seen_output = False
+    call_ids = {call.id for call in calls}
+    for part in message.parts:
+        if isinstance(part, ThinkingPart):
+            found = _thinking(part)
+            if found is None:
+                continue
+            previous = out[-1] if out else None
+            if (
+                previous is not None
+                and found.kind == previous.kind == RESPONSES_REASONING
+                and found.id == previous.id
+            ):
+                out[-1] = _merged(previous, found)
+                continue
+            out.append(found)
+            if seen_output:
+                unplaced.append(len(out) - 1)
+        elif isinstance(part, (TextPart, ToolCallPart)):
+            if isinstance(part, ToolCallPart) and part.tool_call_id in call_ids:
+                for position in unplaced:
+                    out[position] = placed_before([out[position]], part.tool_call_id)[0]
+                unplaced = []
+            seen_output = True
+    return out
+
+
 def _response_row(message: ModelResponse, meta: Callable[[list[int]], dict[str, Any]]) -> Message:
     texts = [part.content for part in message.parts if isinstance(part, TextPart)]
     calls = [
@@ -172,7 +259,9 @@ def _response_row(message: ModelResponse, meta: Callable[[list[int]], dict[str, 
     every = meta(list(range(len(message.parts))))
     text = "".join(texts) if texts else None
     if calls or text:
-        return AiMessage(text=text, tool_requests=calls, metadata=every)
+        return AiMessage(
+            text=text, tool_requests=calls, reasoning=_reasoning(message, calls), metadata=every
+        )
     return opaque(every)
 
 

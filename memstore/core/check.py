@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from memstore.core.metadata import freeze_metadata
+from memstore.core.reasoning import REASONING_LOST_KEY
 from memstore.core.window import StoredMessage, interrupted_result
 from memstore.messages import AiMessage, ToolResult, UserMessage
 
@@ -18,6 +19,7 @@ UNANSWERED_REQUEST = "unanswered_request"
 DUPLICATE_CALL_ID = "duplicate_call_id"
 ARGUMENTS_NOT_OBJECT = "arguments_not_object"
 CONSECUTIVE_USER = "consecutive_user_messages"
+REASONING_LOST = "reasoning_lost"
 
 REPAIR_MARK = "memstore_repair"
 
@@ -51,6 +53,13 @@ class HistoryChecker:
             self._add(row.id, CONSECUTIVE_USER, "a user message directly follows another one")
         self._previous_was_user = is_user
         if isinstance(message, AiMessage):
+            if message.tool_requests and message.metadata.get(REASONING_LOST_KEY):
+                self._add(
+                    row.id,
+                    REASONING_LOST,
+                    "the reasoning of this reply's calls was cut off before it was complete "
+                    "(a reasoning model may refuse the tool loop while it is in progress)",
+                )
             for call in message.tool_requests:
                 if call.id in self._requested:
                     self._add(
@@ -129,7 +138,8 @@ class RepairPlan:
     soft_delete_row_ids: list[int]
 
     unfixable: int = 0
-    """Findings that are only reported (duplicate ids, bad arguments, consecutive users)."""
+    """Findings that are only reported (duplicate ids, bad arguments, consecutive users, lost
+    reasoning)."""
 
     @property
     def empty(self) -> bool:

@@ -25,6 +25,11 @@ RESPONSES_ITEM_IDS_KEY = "openai_item_ids"
 """Canonical ``metadata`` key of an AI message's Responses ``function_call`` item ids, by call
 id (an item id goes back only with the reasoning it belongs to)."""
 
+REASONING_LOST_KEY = "memstore_reasoning_lost"
+"""Canonical ``metadata`` key the stream collector sets on an AI message with tool requests
+when reasoning of its model call started but was cut off before it was complete (the number
+of such parts): ``memstore check`` and :func:`~memstore.core.validate.validate` report it."""
+
 RESPONSES_OWN_KEYS = ("type", "id", "encrypted_content")
 """Reasoning item keys held in :class:`Reasoning` fields; every other key goes to ``extra``."""
 

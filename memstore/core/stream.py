@@ -59,6 +59,7 @@ from memstore.core.reasoning import (
     ANTHROPIC,
     OPENAI,
     REASONING_CONTENT,
+    REASONING_LOST_KEY,
     REDACTED_THINKING,
     RESPONSES_ITEM_IDS_KEY,
     RESPONSES_REASONING,
@@ -352,7 +353,16 @@ class _ModelCall:
         )
 
     def metadata(self) -> dict[str, Any]:
-        return {RESPONSES_ITEM_IDS_KEY: dict(self.item_ids)} if self.item_ids else {}
+        """The AI message's metadata: the Responses item ids of its calls, and how many of
+        its reasoning parts were cut off before they were complete (see
+        :data:`~memstore.core.reasoning.REASONING_LOST_KEY`)."""
+        metadata: dict[str, Any] = {}
+        if self.item_ids:
+            metadata[RESPONSES_ITEM_IDS_KEY] = dict(self.item_ids)
+        lost = sum(1 for thought in self.thoughts if thought.finish() is None)
+        if lost:
+            metadata[REASONING_LOST_KEY] = lost
+        return metadata
 
     def awaiting(self) -> bool:
         """Sealed, and some request has no result yet."""

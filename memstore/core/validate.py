@@ -28,7 +28,16 @@ Rules checked (codes of :class:`Violation`):
   first non-system message is not a user message;
 * ``empty`` (Anthropic): no non-system message at all;
 * ``empty_content`` (Anthropic): an AI message with neither tool requests nor non-blank text,
-  or a user message with empty text.
+  or a user message with empty text;
+* ``reasoning_unsendable`` (Anthropic): a ``thinking`` / ``redacted_thinking`` part without its
+  signature (or data), which the API refuses;
+* ``reasoning_missing``: the tool loop in progress (the AI messages after the last user
+  message) lacks reasoning the provider requires back. Anthropic: thinking is on (some AI
+  message of the list carries Anthropic thinking) and the loop's first AI message, whose
+  calls are being answered, starts with no thinking block. OpenAI: the list carries
+  ``reasoning_content`` and an AI message of the loop with tool requests has none. Both: an AI
+  message of the loop marked by the stream collector because its reasoning was cut off before
+  it was complete (``metadata["memstore_reasoning_lost"]``).
 
 Anthropic has no system role inside ``messages`` (system text goes to the top-level ``system``
 parameter), so for ``"anthropic"`` system messages are ignored wherever they stand; user
@@ -44,6 +53,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from memstore.core.reasoning import (
+    ANTHROPIC,
+    REASONING_CONTENT,
+    REASONING_LOST_KEY,
+    REDACTED_THINKING,
+    THINKING,
+)
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
 
 Provider = Literal["openai", "anthropic"]
@@ -58,6 +74,8 @@ ARGUMENTS_NOT_OBJECT = "arguments_not_object"
 WRONG_FIRST_ROLE = "wrong_first_role"
 EMPTY = "empty"
 EMPTY_CONTENT = "empty_content"
+REASONING_UNSENDABLE = "reasoning_unsendable"
+REASONING_MISSING = "reasoning_missing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,5 +230,67 @@ def validate(messages: Sequence[Message], provider: Provider) -> list[Violation]
                     )
                 )
 
+    violations.extend(_reasoning_violations(seen, anthropic))
     violations.sort(key=lambda violation: violation.index)
+    return violations
+
+
+def _reasoning_violations(seen: list[tuple[int, Message]], anthropic: bool) -> list[Violation]:
+    """The reasoning rules (see the module docstring) over the messages the provider sees."""
+    violations: list[Violation] = []
+    replies = [(i, m) for i, m in seen if isinstance(m, AiMessage)]
+    if anthropic:
+        for index, reply in replies:
+            for number, part in enumerate(reply.reasoning):
+                if part.provider == ANTHROPIC and not part.signature:
+                    what = "data" if part.kind == REDACTED_THINKING else "signature"
+                    violations.append(
+                        Violation(
+                            index,
+                            REASONING_UNSENDABLE,
+                            f"reasoning[{number}] ({part.kind}) has no {what}",
+                        )
+                    )
+    users = [i for i, m in seen if isinstance(m, UserMessage)]
+    start = users[-1] if users else -1
+    loop = [(i, m) for i, m in replies if i > start and m.tool_requests]
+    for index, reply in loop:
+        if reply.metadata.get(REASONING_LOST_KEY):
+            violations.append(
+                Violation(
+                    index,
+                    REASONING_MISSING,
+                    "the reasoning of this AI message's calls was cut off before it was complete",
+                )
+            )
+    if anthropic:
+        thinking_on = any(
+            part.provider == ANTHROPIC and part.kind in (THINKING, REDACTED_THINKING)
+            for _, reply in replies
+            for part in reply.reasoning
+        )
+        if thinking_on and loop:
+            index, first = loop[0]
+            head = [p for p in first.reasoning if p.before_call is None]
+            if not any(p.provider == ANTHROPIC for p in head):
+                violations.append(
+                    Violation(
+                        index,
+                        REASONING_MISSING,
+                        "thinking is on, and the AI message opening the tool loop in progress "
+                        "does not start with a thinking block",
+                    )
+                )
+        return violations
+    with_content = any(p.kind == REASONING_CONTENT for _, r in replies for p in r.reasoning)
+    for index, reply in loop if with_content else []:
+        if not any(p.kind == REASONING_CONTENT for p in reply.reasoning):
+            violations.append(
+                Violation(
+                    index,
+                    REASONING_MISSING,
+                    "the list carries reasoning_content, and this AI message of the tool loop "
+                    "in progress has none",
+                )
+            )
     return violations

@@ -10,7 +10,10 @@ import uuid
 from typing import Any
 
 from memstore import AiMessage, Reasoning, ToolRequest, ToolResult, UserMessage
+from memstore.core.check import REASONING_LOST
+from memstore.core.reasoning import REASONING_LOST_KEY
 from memstore.formats import to_anthropic, to_responses
+from memstore.operations import check_app
 from tests.conftest import StoreFactory
 from tests.contract.test_encryption import ONE, raw_values, raw_window
 from tests.unit.test_stream_reasoning import SIG, responses_turn, thinking_then_tool_use
@@ -165,3 +168,25 @@ def test_streamed_reasoning_survives_a_restart_mid_tool_loop(
         "message",
     ]
     assert [item.get("id") for item in items[:4]] == ["rs_1", "fc_1", "rs_2", "fc_2"]
+
+
+def test_a_reply_whose_reasoning_was_cut_off_is_reported_by_check(
+    make_store: StoreFactory, app_id: str
+) -> None:
+    events = responses_turn()
+    unfinished = [
+        e
+        for e in events
+        if not (e["type"] == "response.output_item.done" and e["item"]["type"] == "reasoning")
+    ]
+    store = make_store()
+    store.append(app_id, [UserMessage(text="write both")])
+    with store.collector(app_id) as turn:
+        for event in unfinished:
+            turn.feed(event)
+        turn.on_tool_executed("call_1", "ok a")
+        turn.on_tool_executed("call_2", "ok b")
+    findings = check_app(store, app_id)
+    assert [f.code for f in findings] == [REASONING_LOST]
+    reply = next(m for m in store.load_window(app_id) if isinstance(m, AiMessage))
+    assert reply.metadata[REASONING_LOST_KEY] == 2 and list(reply.reasoning) == []

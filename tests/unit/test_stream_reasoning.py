@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
+from memstore.core.check import REASONING_LOST, HistoryChecker, repair_plan
+from memstore.core.reasoning import REASONING_LOST_KEY
 from memstore.core.stream import StreamAssembler
+from memstore.core.validate import validate
+from memstore.core.window import StoredMessage
 from memstore.errors import InvalidMessageError, StreamProtocolError
 from memstore.formats import to_anthropic, to_openai, to_responses
 from memstore.formats.responses import ITEM_IDS_KEY
@@ -572,3 +576,87 @@ def test_a_failed_turn_keeps_no_unsealed_reasoning() -> None:
     a.on_reasoning(Reasoning(provider="x", kind="y", text="t"))
     a.on_text("so far")
     assert a.fail_turn() == [AiMessage(text="so far")]
+
+
+# --- lost reasoning is marked, checked and validated ----------------------------------------------
+
+
+def lost_reply() -> AiMessage:
+    """The AI message of a Responses stream whose first reasoning item never finished."""
+    events = responses_turn()
+    first_done = next(
+        i
+        for i, e in enumerate(events)
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "reasoning"
+    )
+    a = StreamAssembler()
+    for event in events[:first_done] + events[first_done + 1 :]:
+        a.feed(event)
+    a.on_tool_executed("call_1", "ok")
+    ai = a.ready[0]
+    assert isinstance(ai, AiMessage)
+    return ai
+
+
+def test_reasoning_cut_off_before_its_calls_were_stored_is_marked() -> None:
+    ai = lost_reply()
+    assert [p.id for p in ai.reasoning] == ["rs_2"]
+    assert ai.metadata[REASONING_LOST_KEY] == 1
+    complete = StreamAssembler()
+    for event in responses_turn():
+        complete.feed(event)
+    complete.on_tool_executed("call_1", "ok")
+    assert REASONING_LOST_KEY not in complete.ready[0].metadata
+
+
+def test_check_reports_the_marked_reply() -> None:
+    ai = lost_reply()
+    checker = HistoryChecker()
+    rows = [
+        UserMessage(text="go"),
+        ai,
+        *[ToolResult(id=c.id, tool_name="write", text="ok") for c in ai.tool_requests],
+    ]
+    for number, message in enumerate(rows, start=1):
+        checker.feed(StoredMessage(number, message))
+    assert [(f.row_id, f.code) for f in checker.finish()] == [(2, REASONING_LOST)]
+    assert repair_plan(checker.finish()).unfixable == 1
+
+
+def test_validate_reports_the_reasoning_rules() -> None:
+    results = [ToolResult(id="c1", tool_name="f", text="ok")]
+    call = ToolRequest(id="c1", name="f", arguments="{}")
+    thought = Reasoning(provider="anthropic", kind="thinking", text="t", signature=SIG)
+    earlier = [
+        UserMessage(text="one"),
+        AiMessage(
+            reasoning=[thought], tool_requests=[ToolRequest(id="c0", name="f", arguments="{}")]
+        ),
+        ToolResult(id="c0", tool_name="f", text="ok"),
+        AiMessage(text="done"),
+        UserMessage(text="two"),
+    ]
+    good = [*earlier, AiMessage(reasoning=[thought], tool_requests=[call]), *results]
+    assert validate(good, "anthropic") == []
+    missing = [*earlier, AiMessage(tool_requests=[call]), *results]
+    assert [v.code for v in validate(missing, "anthropic")] == ["reasoning_missing"]
+    assert validate(missing[4:], "anthropic") == []  # no thinking anywhere: thinking is off
+    unsigned = thought.model_copy(update={"signature": None})
+    bad = [UserMessage(text="go"), AiMessage(reasoning=[unsigned], tool_requests=[call]), *results]
+    assert [v.code for v in validate(bad, "anthropic")] == ["reasoning_unsendable"]
+    assert validate(bad, "openai") == []  # not sent to OpenAI at all
+
+    content = Reasoning(provider="openai", kind="reasoning_content", text="why")
+    second = ToolRequest(id="c2", name="f", arguments="{}")
+    chat = [
+        UserMessage(text="go"),
+        AiMessage(reasoning=[content], tool_requests=[call]),
+        *results,
+        AiMessage(tool_requests=[second]),
+        ToolResult(id="c2", tool_name="f", text="ok"),
+    ]
+    assert [(v.index, v.code) for v in validate(chat, "openai")] == [(3, "reasoning_missing")]
+
+    marked = [UserMessage(text="go"), lost_reply()]
+    marked += [ToolResult(id=c.id, tool_name="write", text="ok") for c in marked[1].tool_requests]
+    assert "reasoning_missing" in [v.code for v in validate(marked, "openai")]

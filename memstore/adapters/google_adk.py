@@ -10,7 +10,9 @@ Each session's events are rows of the original history under an app id of their 
 ``memstore check`` and the display history see them like any other conversation:
 
 * an event with function calls -> one AI row (its text parts as text, each call a tool request,
-  arguments as canonical JSON);
+  arguments as canonical JSON; its thought parts and thought signatures as
+  :class:`~memstore.messages.Reasoning` parts of provider ``google``, a call's signature placed
+  before that call);
 * an event with function responses -> one tool result per response (the response as JSON,
   ``is_error`` when it has an ``error`` key);
 * a text event -> a user message (author ``user``) or an AI message;
@@ -42,6 +44,7 @@ All work runs in a worker thread on a synchronous store (an ``AsyncMemoryStore``
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import uuid
@@ -76,9 +79,10 @@ except ImportError as error:
 from memstore.adapters._history import Store, StoreAccess, insert_messages, opaque
 from memstore.core.inputs import normalize_user_id
 from memstore.core.metadata import thaw
+from memstore.core.reasoning import GOOGLE, THOUGHT, THOUGHT_SIGNATURE
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError, UnknownToolCallError
-from memstore.messages import AiMessage, Message, ToolRequest, ToolResult, UserMessage
+from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolResult, UserMessage
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
@@ -111,6 +115,50 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _thoughts(parts: Sequence[types.Part], call_ids: Sequence[str] = ()) -> list[Reasoning]:
+    """An event's Gemini reasoning, in order: thought parts (summary text, signature) and the
+    thought signatures of function-call and text parts (a call's placed before that call). A
+    thought after text or a call is placed before the next of ``call_ids`` (the AI row's
+    requests); with none, everything stays at the head."""
+    out: list[Reasoning] = []
+    unplaced: list[int] = []
+    seen_output = False
+    for part in parts:
+        signature = (
+            base64.urlsafe_b64encode(part.thought_signature).decode("ascii")
+            if part.thought_signature
+            else None
+        )
+        call = part.function_call
+        if part.thought:
+            if part.text or signature:
+                out.append(
+                    Reasoning(
+                        provider=GOOGLE, kind=THOUGHT, text=part.text or None, signature=signature
+                    )
+                )
+                if seen_output:
+                    unplaced.append(len(out) - 1)
+            continue
+        if call is not None and call.id in call_ids:
+            for position in unplaced:
+                out[position] = out[position].model_copy(update={"before_call": call.id})
+            unplaced = []
+            if signature:
+                out.append(
+                    Reasoning(
+                        provider=GOOGLE,
+                        kind=THOUGHT_SIGNATURE,
+                        signature=signature,
+                        before_call=call.id,
+                    )
+                )
+        elif signature and part.text:
+            out.append(Reasoning(provider=GOOGLE, kind=THOUGHT_SIGNATURE, signature=signature))
+        seen_output = seen_output or call is not None or bool(part.text)
+    return out
+
+
 def event_to_messages(event: Event) -> list[Message]:
     """The canonical rows of one event, each carrying its parts in ``metadata``."""
     data = event.model_dump(mode="json", exclude_none=True)
@@ -133,7 +181,12 @@ def event_to_messages(event: Event) -> list[Message]:
             for _, call in calls
         ]
         return [
-            AiMessage(text="".join(texts) or None, tool_requests=requests, metadata=meta(every))
+            AiMessage(
+                text="".join(texts) or None,
+                tool_requests=requests,
+                reasoning=_thoughts(live, [request.id for request in requests]),
+                metadata=meta(every),
+            )
         ]
     if responses and all(response.id and response.name for _, response in responses):
         rows: list[Message] = []
@@ -153,7 +206,7 @@ def event_to_messages(event: Event) -> list[Message]:
     if texts:
         if event.author == "user":
             return [UserMessage(text="".join(texts), metadata=meta(every))]
-        return [AiMessage(text="".join(texts), metadata=meta(every))]
+        return [AiMessage(text="".join(texts), reasoning=_thoughts(live), metadata=meta(every))]
     return [opaque(meta(every))]
 
 

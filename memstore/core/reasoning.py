@@ -20,6 +20,12 @@ REASONING_CONTENT = "reasoning_content"
 """The kind (and assistant key) of OpenAI-compatible servers' reasoning text (DeepSeek's
 thinking mode, vLLM, Qwen)."""
 THINKING = "thinking"
+GOOGLE = "google"
+THOUGHT = "thought"
+"""A Gemini thought part (``thought=True``): its summary text, and its signature if any."""
+THOUGHT_SIGNATURE = "thought_signature"
+"""A Gemini thought signature carried by a function-call (or text) part: placed before that
+call (``before_call``), URL-safe base64 as google-genai serializes it."""
 REDACTED_THINKING = "redacted_thinking"
 RESPONSES_ITEM_IDS_KEY = "openai_item_ids"
 """Canonical ``metadata`` key of an AI message's Responses ``function_call`` item ids, by call

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -203,7 +204,22 @@ def show(
             for row_id, message in rows:
                 prefix = f"{row_id}  " if row_id is not None else ""
                 line = describe(message) + _guard_mark(message) + _summary_mark(message)
+                line = terminal_safe(line)
                 click.echo(prefix + line.replace("\n", "\n" + " " * len(prefix)))
+
+
+_TERMINAL_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+"""What a terminal acts on instead of showing: C0 and C1 controls (ESC starts colour changes,
+screen clears, OSC 52 clipboard writes; newlines and tabs are kept) and the bidirectional
+overrides that make text read differently from its order."""
+
+
+def terminal_safe(text: str) -> str:
+    """Chat text for a terminal: every control character shown as its escape (``\x1b``,
+    ``\u202e``), never acted on. JSON output escapes them already."""
+    return _TERMINAL_CONTROLS.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 def _provider_format(messages: list[Message], fmt: str) -> object:
@@ -237,7 +253,7 @@ def _show_display(entries: list[DisplayEntry], fmt: str) -> None:
     for entry in reversed(entries):
         click.echo(
             f"{entry.id}  {entry.role:<5} {entry.status:<6} "
-            + entry.text.replace("\n", "\n" + " " * 33)
+            + terminal_safe(entry.text).replace("\n", "\n" + " " * 33)
         )
 
 
@@ -250,7 +266,8 @@ def _show_executions(store: MemoryStore, app_id: str, limit: int, fmt: str) -> N
         return
     for record in records:
         click.echo(
-            f"{record.updated_at:%Y-%m-%d %H:%M:%S}  {record.state:<9} {record.tool_name}  "
+            f"{record.updated_at:%Y-%m-%d %H:%M:%S}  {record.state:<9} "
+            f"{terminal_safe(record.tool_name)}  "
             f"attempts={record.attempts}  key={record.idempotency_key[:24]}"
         )
 

@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from memstore.core.display import DisplayDraft
-from memstore.core.stream import StreamAssembler, turn_display
+from memstore.core.stream import StreamAssembler, storable_text, turn_display
 from memstore.messages import Message, Reasoning, ToolRequest
 
 if TYPE_CHECKING:
@@ -48,9 +48,15 @@ _REASON_CHARS = 500
 
 
 def failure_reason(error: BaseException) -> str:
-    """``ExceptionType: message`` (the type alone when the message is empty), one line."""
-    text = " ".join(str(error).split())
+    """``ExceptionType: message`` (the type alone when the message is empty), one line,
+    storable: NUL characters and lone surrogates (a file name from ``os.listdir``, say) become
+    U+FFFD, and an exception whose ``str()`` itself fails shows its type only."""
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # a hostile __str__ must not cost the turn its durable text
+        text = ""
     reason = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    reason = storable_text(reason)
     return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
 
 

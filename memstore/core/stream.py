@@ -185,6 +185,12 @@ def _utf8_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+def storable_text(text: str) -> str:
+    """``text`` with every NUL character and lone surrogate (what databases refuse) replaced
+    by U+FFFD; a storable text comes back unchanged."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def fit_tool_result(text: str, limit: int) -> str:
     """``text`` made storable, with visible markers for every change (the ``truncate=True``
     of ``on_tool_executed``).

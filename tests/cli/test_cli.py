@@ -314,3 +314,20 @@ def test_ctrl_c_stops_reload_all_cleanly_with_a_report(tmp_path: Path, workers: 
     # (worker processes may still be starting when the signal comes: nothing reported yet)
     assert (0 if workers == "2" else 1) <= done < 20_000
     assert f"apps: {done}," in out  # the summary of what was done so far
+
+
+HOSTILE = "see\x1b]52;c;ZXZpbA==\x07 this\x1b[2J\u202eevil\x9b"
+
+
+@pytest.mark.parametrize("view", ["--window", "--original", "--display"])
+def test_show_never_prints_terminal_controls(
+    seeded: MemoryStore, db_url: str, app_id: str, view: str
+) -> None:
+    seeded.append(app_id, [UserMessage(text=HOSTILE), AiMessage(text="ok\x1b[31m")])
+    code, out, _ = run(db_url, "show", app_id, view)
+    assert code == 0
+    assert not any(c in out for c in "\x1b\x07\x9b\u202e")
+    assert "see\\x1b]52;c;ZXZpbA==\\x07 this\\x1b[2J\\u202eevil\\x9b" in out
+    code, out, _ = run(db_url, "show", app_id, view, "--format", "json")
+    assert code == 0 and "\x1b" not in out  # JSON escapes them itself
+    assert HOSTILE in [entry.get("text") for entry in json.loads(out)]

@@ -452,3 +452,28 @@ def test_langchain4j_is_error_that_is_not_a_bool_is_rejected(
     stored = store.load_window(app_id)[2]
     assert stored == ToolResult(id="t1", tool_name="rm", text="permission denied", is_error=True)
     assert store.history(app_id)[0].text.endswith("-> error: permission denied")
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (FileNotFoundError("no such file: rep\udcf3rt.txt\x00"), "rep\ufffdrt.txt\ufffd"),
+        (_Unprintable(), "_Unprintable"),
+    ],
+)
+def test_a_failure_whose_text_cannot_be_stored_keeps_the_streamed_text(
+    store: MemoryStore, app_id: str, error: BaseException, shown: str
+) -> None:
+    store.append(app_id, [UserMessage(text="list files")])
+    with pytest.raises(type(error)), store.collector(app_id) as turn:
+        turn.on_text("Looking at the files")
+        raise error
+    assert store.load_window(app_id)[-1] == AiMessage(text="Looking at the files")
+    row = store.history(app_id)[0]
+    assert row.status == "failed" and row.text.startswith("Looking at the files\n[failed] ")
+    assert shown in row.text

@@ -33,6 +33,11 @@ from memstore.extras import missing_extra
 ENVELOPE_PREFIX = "\x01ms1:"
 """Marks a sealed value (version 1 of the envelope)."""
 ENVELOPE_PREFIX_BYTES = ENVELOPE_PREFIX.encode("ascii")
+PLAIN_ESCAPE = "\x01ms0:"
+"""Put before a plaintext value that would otherwise read as an envelope (a text starting
+with ``ENVELOPE_PREFIX`` or ``PLAIN_ESCAPE``, stored with encryption off), and taken off when
+it is read: stored values stay unambiguous whatever text users send."""
+_RESERVED = "\x01ms"
 NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_BYTES = 32
@@ -165,6 +170,8 @@ class RowCipher:
         (``text`` itself when encryption is off)."""
         key_id = self.current_key_id
         if key_id is None:
+            if text.startswith(_RESERVED) and text.startswith((ENVELOPE_PREFIX, PLAIN_ESCAPE)):
+                return PLAIN_ESCAPE + text
             return text
         nonce = os.urandom(NONCE_BYTES)
         body = self._aeads[key_id].encrypt(
@@ -173,9 +180,10 @@ class RowCipher:
         return f"{ENVELOPE_PREFIX}{key_id}:{base64.b64encode(nonce + body).decode('ascii')}"
 
     def open(self, stored: str, column: str, app_id: str, row_key: object) -> str:
-        """The plaintext of a stored value (a plaintext value as it is)."""
+        """The plaintext of a stored value (a plaintext value as it is, an escaped one without
+        its :data:`PLAIN_ESCAPE`)."""
         if not stored.startswith(ENVELOPE_PREFIX):
-            return stored
+            return stored[len(PLAIN_ESCAPE) :] if stored.startswith(PLAIN_ESCAPE) else stored
         key_id, sep, encoded = stored[_PREFIX_CHARS:].partition(":")
         aead = self._aeads.get(key_id) if sep else None
         if aead is None:
@@ -236,6 +244,11 @@ class RowCipher:
         if self.current_key_id is None:
             return not stored.startswith(ENVELOPE_PREFIX)
         return stored.startswith(f"{ENVELOPE_PREFIX}{self.current_key_id}:")
+
+    def seals(self, text: str) -> bool:
+        """Whether :meth:`seal` changes ``text`` (encryption on, or a text that needs its
+        escape): writers that skip sealing when it is off ask this first."""
+        return self.enabled or text.startswith((ENVELOPE_PREFIX, PLAIN_ESCAPE))
 
 
 PLAIN = RowCipher()

@@ -357,7 +357,7 @@ def open_result(cipher: RowCipher, app_id: str, key: str, result: str | None) ->
 
 def seal_result(cipher: RowCipher, app_id: str, key: str, result: str | None) -> str | None:
     """A ``tool_executions.result`` value as stored (sealed when encryption is on)."""
-    if result is None or not cipher.enabled:
+    if result is None or not cipher.seals(result):
         return result
     return cipher.seal(result, EXECUTION_RESULT, app_id, key)
 
@@ -365,15 +365,16 @@ def seal_result(cipher: RowCipher, app_id: str, key: str, result: str | None) ->
 def seal_inserts(
     cipher: RowCipher, inserts: dict[str, list[dict[str, Any]]]
 ) -> dict[str, list[dict[str, Any]]]:
-    """The import's rows with their texts sealed (as they are when encryption is off)."""
-    if not cipher.enabled:
-        return inserts
+    """The import's rows with their texts sealed (as they are when encryption is off, but
+    for texts that need their escape: see :meth:`RowCipher.seals`)."""
     return {
         ORIGINAL: [
             {
                 **row,
                 "payload": cipher.seal(row["payload"], ORIGINAL_PAYLOAD, row["app_id"], row["id"]),
             }
+            if cipher.enabled
+            else row
             for row in inserts[ORIGINAL]
         ],
         DISPLAY: [
@@ -381,6 +382,8 @@ def seal_inserts(
                 **row,
                 "content": cipher.seal(row["content"], DISPLAY_CONTENT, row["app_id"], row["id"]),
             }
+            if cipher.seals(row["content"])
+            else row
             for row in inserts[DISPLAY]
         ],
         TOOL_EXECUTION: [

@@ -113,7 +113,7 @@ def rows_with_ids(
     displays = [{**row, "id": i} for row, i in zip(plan.display_rows, ids[count:], strict=True)]
     if cipher.enabled:
         originals = [seal_original(cipher, row) for row in originals]
-        displays = [seal_display(cipher, row) for row in displays]
+    displays = [seal_display(cipher, row) for row in displays]  # escapes envelope-like text
     return originals, displays
 
 

@@ -285,7 +285,7 @@ def seal_original(cipher: RowCipher, row: dict[str, Any]) -> dict[str, Any]:
 
 def seal_display(cipher: RowCipher, row: dict[str, Any]) -> dict[str, Any]:
     """A full display row dict (with ``id``) with its content sealed (as it is when off)."""
-    if cipher.enabled:
+    if cipher.seals(row["content"]):
         row["content"] = cipher.seal(row["content"], DISPLAY_CONTENT, row["app_id"], row["id"])
     return row
 

@@ -86,6 +86,6 @@ class _ExecutionTable:
             return conn.execute(statement).rowcount == 1
 
     def _sealed(self, app_id: str, key: str, values: dict[str, Any]) -> dict[str, Any]:
-        if values.get("result") is None or not self.cipher.enabled:
+        if values.get("result") is None or not self.cipher.seals(values["result"]):
             return values
         return {**values, "result": seal_result(self.cipher, app_id, key, values["result"])}

@@ -327,3 +327,34 @@ def test_rekey_under_concurrent_appends_loses_nothing(
     assert texts == [f"old {i}" for i in range(60)] + written
     values = raw_values(make_store.engine, app_id)
     assert all(v.startswith(f"{ENVELOPE_PREFIX}k2:") for v in values)
+
+
+MARKED = [f"{ENVELOPE_PREFIX}k1:AAAA", "\x01ms0:escaped?", f"{ENVELOPE_PREFIX}"]
+
+
+def test_texts_that_look_like_envelopes_stay_plain_text(
+    make_store: StoreFactory, app_id: str
+) -> None:
+    """Without encryption, a message (or tool result) that starts with the envelope prefix is
+    still text: history, export and rekey read it, and switching encryption on keeps it."""
+    plain = make_store()
+    messages = [UserMessage(text=text) for text in MARKED]
+    plain.append(app_id, messages)
+    guard = LoopGuard(plain, side_effect_tools={"send"})
+    guard.start(app_id, "send", {"to": "x"}, idempotency_key="k-env")
+    guard.succeed(app_id, "k-env", MARKED[0])
+    assert [entry.text for entry in plain.history(app_id)] == MARKED[::-1]
+    assert plain.load_window(app_id) == messages
+    exported = list(plain.export([app_id]))
+    assert {record.get("text") for record in exported} >= set(MARKED)
+    assert LoopGuard(plain).execution(app_id, "k-env").result == MARKED[0]  # type: ignore[union-attr]
+
+    rekeying = sync_store(make_store, encryption_keys=ONE)
+    try:
+        rekeying.rekey(app_ids=[app_id])
+        assert [entry.text for entry in rekeying.history(app_id)] == MARKED[::-1]
+    finally:
+        rekeying.close()
+    sealed = make_store(encryption_keys=ONE)
+    assert [entry.text for entry in sealed.history(app_id)] == MARKED[::-1]
+    assert LoopGuard(sealed).execution(app_id, "k-env").result == MARKED[0]  # type: ignore[union-attr]

@@ -13,6 +13,7 @@ from memstore.core.crypto import (
     ENVELOPE_PREFIX,
     ORIGINAL_PAYLOAD,
     PLAIN,
+    PLAIN_ESCAPE,
     EncryptionKey,
     RowCipher,
     new_key,
@@ -100,6 +101,19 @@ def test_unknown_keys_are_named() -> None:
 
 def test_plain_cipher_is_the_identity() -> None:
     assert PLAIN.seal("x", ORIGINAL_PAYLOAD, "a", 1) == "x" and not PLAIN.enabled
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"{ENVELOPE_PREFIX}k1:AAAA", ENVELOPE_PREFIX, PLAIN_ESCAPE, f"{PLAIN_ESCAPE}x", "\x01ms2:"],
+)
+def test_text_that_looks_sealed_round_trips_with_or_without_keys(text: str) -> None:
+    stored = PLAIN.seal(text, ORIGINAL_PAYLOAD, "a", 1)
+    assert PLAIN.seals(text) == (stored != text)
+    assert PLAIN.open(stored, ORIGINAL_PAYLOAD, "a", 1) == text
+    assert cipher(f"k1:{K1}").open(stored, ORIGINAL_PAYLOAD, "a", 1) == text
+    sealed = cipher(f"k1:{K1}").seal(text, ORIGINAL_PAYLOAD, "a", 1)
+    assert cipher(f"k1:{K1}").open(sealed, ORIGINAL_PAYLOAD, "a", 1) == text
 
 
 @pytest.mark.parametrize(

@@ -121,8 +121,35 @@ def _apps(store: MemoryStore, app_ids: tuple[str, ...], all_apps: bool) -> list[
     return None if all_apps else [normalize_app_id(app) for app in app_ids]
 
 
-def _walk(store: MemoryStore, apps: list[str] | None, label: str) -> Iterator[str]:
-    """The apps to act on; with ``--all`` a progress bar on a terminal, paging through apps."""
+class Skipped:
+    """The apps a bulk command (``--all``) could not handle: it reports each and goes on, and
+    exits 1 with the list at the end instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.apps: list[tuple[str, str]] = []
+
+    def add(self, app_id: str, error: Exception) -> None:
+        self.apps.append((app_id, f"{type(error).__name__}: {error}"))
+
+    def json(self) -> list[dict[str, str]]:
+        return [{"app_id": app, "error": why} for app, why in self.apps]
+
+    def finish(self) -> None:
+        """Print the skipped apps (stderr) and exit 1 when there are any."""
+        if not self.apps:
+            return
+        click.echo(f"skipped {len(self.apps)} app(s) that could not be handled:", err=True)
+        for app, why in self.apps:
+            click.echo(f"  {terminal_safe(repr(app))}: {terminal_safe(why)}", err=True)
+        raise SystemExit(EXIT_FINDINGS)
+
+
+def _walk(
+    store: MemoryStore, apps: list[str] | None, label: str, skipped: Skipped | None = None
+) -> Iterator[str]:
+    """The apps to act on; with ``--all`` a progress bar on a terminal, paging through apps,
+    and a stored app id that is not valid (an empty one another tool wrote, say) is passed
+    over into ``skipped``."""
     if apps is not None:
         yield from apps
         return
@@ -130,7 +157,13 @@ def _walk(store: MemoryStore, apps: list[str] | None, label: str) -> Iterator[st
     with click.progressbar(
         admin.iter_app_ids(store.engine), length=total, label=label, file=sys.stderr
     ) as bar:
-        yield from bar
+        for app in bar:
+            try:
+                yield normalize_app_id(app)
+            except MemstoreError as error:
+                if skipped is None:
+                    raise
+                skipped.add(app, error)
 
 
 PROVIDER_FORMATS = ("openai", "anthropic", "langchain4j")
@@ -322,9 +355,10 @@ def reload(
             "orphans_skipped": 0,
         }
         reports: list[dict[str, Any]] = []
+        skipped = Skipped()
         try:
             with operations.bulk_collection():
-                walk = _walk(store, apps, "reloading")
+                walk = _walk(store, apps, "reloading", skipped)
                 reloaded = (
                     operations.reload_apps(store, walk, max_messages)
                     if workers == 1
@@ -346,7 +380,7 @@ def reload(
             _summary(totals, as_json)
             raise SystemExit(EXIT_FINDINGS) from None
         if as_json:
-            _emit_json({"reports": reports, "summary": totals})
+            _emit_json({"reports": reports, "summary": totals, "skipped": skipped.json()})
         else:
             for done in reports:
                 click.echo(
@@ -357,6 +391,7 @@ def reload(
                     + ("" if done["cached"] else " (not cached)")
                 )
             _summary(totals, False)
+        skipped.finish()
 
 
 def _summary(totals: dict[str, int], as_json: bool) -> None:
@@ -389,12 +424,19 @@ def check(
         apps = _apps(store, app_ids, all_apps)
         found = 0
         results = []
+        skipped = Skipped()
         try:
-            for app in _walk(store, apps, "checking"):
-                if repair:
-                    result = operations.repair_app(store, app)
-                else:
-                    result = operations.CheckResult(app, operations.check_app(store, app))
+            for app in _walk(store, apps, "checking", skipped):
+                try:
+                    if repair:
+                        result = operations.repair_app(store, app)
+                    else:
+                        result = operations.CheckResult(app, operations.check_app(store, app))
+                except MemstoreError as error:
+                    if apps is not None:
+                        raise
+                    skipped.add(app, error)
+                    continue
                 if result.repaired is None:
                     found += len(result.findings)
                 else:
@@ -408,6 +450,7 @@ def check(
             raise SystemExit(EXIT_FINDINGS) from None
         if as_json:
             _emit_json(results)
+        skipped.finish()
         if found:
             raise SystemExit(EXIT_FINDINGS)
 
@@ -765,9 +808,16 @@ def prune(
                 raise SystemExit(EXIT_FINDINGS)
         totals = {"apps": 0, "original_rows": 0, "display_rows": 0, "tool_executions": 0}
         reports: list[dict[str, Any]] = []
+        skipped = Skipped()
         try:
-            for app in _walk(store, apps, "pruning"):
-                report = operations.prune_app(store, app, rule, dry_run=dry_run)
+            for app in _walk(store, apps, "pruning", skipped):
+                try:
+                    report = operations.prune_app(store, app, rule, dry_run=dry_run)
+                except MemstoreError as error:
+                    if apps is not None:
+                        raise
+                    skipped.add(app, error)
+                    continue
                 totals["apps"] += 1
                 for key in ("original_rows", "display_rows", "tool_executions"):
                     totals[key] += getattr(report, key)
@@ -787,7 +837,15 @@ def prune(
             _summary(totals, as_json)
             raise SystemExit(EXIT_FINDINGS) from None
         if as_json:
-            _emit_json({"reports": reports, "summary": totals, "dry_run": dry_run})
+            _emit_json(
+                {
+                    "reports": reports,
+                    "summary": totals,
+                    "dry_run": dry_run,
+                    "skipped": skipped.json(),
+                }
+            )
+            skipped.finish()
             return
         verb = "would remove" if dry_run else "removed"
         for done in reports:
@@ -796,6 +854,7 @@ def prune(
                 f"{done['display_rows']} display rows, {done['tool_executions']} tool executions"
             )
         _summary(totals, False)
+        skipped.finish()
 
 
 # -- data lifecycle: export and import -----------------------------------------------------------

@@ -331,3 +331,28 @@ def test_show_never_prints_terminal_controls(
     code, out, _ = run(db_url, "show", app_id, view, "--format", "json")
     assert code == 0 and "\x1b" not in out  # JSON escapes them itself
     assert HOSTILE in [entry.get("text") for entry in json.loads(out)]
+
+
+def test_bulk_commands_skip_an_app_they_cannot_handle_and_go_on(tmp_path: Path) -> None:
+    """A stored app id the validator refuses (an empty one another tool inserted sorts first)
+    is reported and passed over; every other app is still handled; the exit code is 1."""
+    url = f"sqlite:///{tmp_path / 'bulk.db'}"
+    store = MemoryStore(Settings(database_url=url))
+    store.migrate()
+    store.append("good-app", TURN)
+    row = original_row(1, "", None, UserMessage(text="stray"), datetime.now(timezone.utc))
+    with store.engine.begin() as conn:
+        conn.execute(original.insert(), [row])
+    store.close()
+
+    code, out, err = run(url, "prune", "--all", "--keep-last", "1", "--yes", "--json")
+    assert code == 1 and "skipped 1 app(s)" in err and "''" in err
+    report = json.loads(out)
+    assert report["summary"]["apps"] == 1 and report["reports"][0]["app_id"] == "good-app"
+    assert report["skipped"][0]["app_id"] == ""
+    for args in (["reload", "--all"], ["reload", "--all", "--workers", "2"], ["check", "--all"]):
+        code, out, err = run(url, *args)
+        assert code == 1, args
+        assert "skipped 1 app(s)" in err and "InvalidAppIdError" in err, args
+    code, out, _ = run(url, "reload", "--all", "--json")
+    assert json.loads(out)["summary"]["apps"] == 1

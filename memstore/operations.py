@@ -90,9 +90,10 @@ def repair_app(store: MemoryStore, app_id: str) -> CheckResult:
 
 
 def purge_user(store: MemoryStore, user_id: str) -> tuple[admin.RowCounts, list[str]]:
-    """Hard-delete every row written for ``user_id`` and drop the windows of the apps touched."""
-    apps = admin.apps_of_user(store.engine, user_id)
-    counts = admin.purge_user(store.engine, user_id)
+    """Hard-delete every row written for ``user_id`` and drop the windows of the apps rows
+    were deleted from (listed inside the deleting transactions: see
+    :func:`memstore.sql.admin.purge_user`)."""
+    counts, apps = admin.purge_user(store.engine, user_id)
     for app_id in apps:
         store.memory(app_id).invalidate()
     return counts, apps

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.window import StoredMessage
@@ -86,34 +86,55 @@ def _match(table: sa.Table, app_id: str | None, user_id: str | None) -> Any:
     return table.c.user_id == user_id
 
 
-def apps_of_user(engine: Engine, user_id: str) -> list[str]:
-    with translated_errors("listing apps of a user"), engine.connect() as conn:
-        found = set(
-            conn.execute(
-                sa.select(original.c.app_id).where(original.c.user_id == user_id).distinct()
-            ).scalars()
-        )
-        found |= set(
-            conn.execute(
-                sa.select(display.c.app_id).where(display.c.user_id == user_id).distinct()
-            ).scalars()
-        )
+PURGE_USER_PASSES = 8
+"""Transactions :func:`purge_user` runs at most: each one catches the apps the user wrote to
+while the previous one ran (in practice the second finds nothing)."""
+
+
+def purge_user(engine: Engine, user_id: str) -> tuple[RowCounts, list[str]]:
+    """Hard-delete every row written with ``user_id`` in both tables; return the counts and
+    every app a row was deleted from (their cached windows must go).
+
+    Each transaction lists the user's apps, locks them (the generation bump: writers to them
+    wait) and deletes the user's rows of those apps only, so the apps returned are exactly
+    the apps rows were deleted from, even when the user writes to a new app meanwhile; a
+    next transaction takes those rows."""
+    originals = displays = 0
+    apps: set[str] = set()
+    with translated_errors("purging a user"):
+        for _ in range(PURGE_USER_PASSES):
+            with engine.begin() as conn:
+                touched = _apps_of_user(conn, user_id)
+                if not touched:
+                    break
+                for app_id in touched:
+                    generation.bump(conn, app_id)
+                originals += conn.execute(
+                    original.delete().where(
+                        original.c.user_id == user_id, original.c.app_id.in_(touched)
+                    )
+                ).rowcount
+                displays += conn.execute(
+                    display.delete().where(
+                        display.c.user_id == user_id, display.c.app_id.in_(touched)
+                    )
+                ).rowcount
+            apps.update(touched)
+    return RowCounts(originals, displays), sorted(apps)
+
+
+def _apps_of_user(conn: Connection, user_id: str) -> list[str]:
+    found = set(
+        conn.execute(
+            sa.select(original.c.app_id).where(original.c.user_id == user_id).distinct()
+        ).scalars()
+    )
+    found |= set(
+        conn.execute(
+            sa.select(display.c.app_id).where(display.c.user_id == user_id).distinct()
+        ).scalars()
+    )
     return sorted(found)
-
-
-def purge_user(engine: Engine, user_id: str) -> RowCounts:
-    """Hard-delete every row written with ``user_id`` in both tables, in one transaction."""
-    with translated_errors("purging a user"), engine.begin() as conn:
-        touched = set(
-            conn.execute(
-                sa.select(original.c.app_id).where(original.c.user_id == user_id).distinct()
-            ).scalars()
-        )
-        for app_id in sorted(touched):
-            generation.bump(conn, app_id)
-        originals = conn.execute(original.delete().where(original.c.user_id == user_id)).rowcount
-        displays = conn.execute(display.delete().where(display.c.user_id == user_id)).rowcount
-    return RowCounts(originals, displays)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,7 @@ def purge_user(store: MemoryStore, user_id: str) -> tuple[admin.RowCounts, list[
     """Hard-delete every row written for ``user_id`` and drop the windows of the apps rows
     were deleted from (listed inside the deleting transactions: see
     :func:`memstore.sql.admin.purge_user`)."""
-    counts, apps = admin.purge_user(store.engine, user_id)
+    counts, apps = admin.purge_user(store.engine, user_id, store.cipher)
     for app_id in apps:
         store.memory(app_id).invalidate()
     return counts, apps

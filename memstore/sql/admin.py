@@ -12,7 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from memstore.core.crypto import RowCipher
+from memstore.core.crypto import PLAIN, RowCipher
+from memstore.core.rows import SUMMARY as SUMMARY_TYPE
+from memstore.core.rows import decode_row
+from memstore.core.summary import summary_info
 from memstore.core.window import StoredMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
@@ -91,8 +94,12 @@ PURGE_USER_PASSES = 8
 while the previous one ran (in practice the second finds nothing)."""
 
 
-def purge_user(engine: Engine, user_id: str) -> tuple[RowCounts, list[str]]:
-    """Hard-delete every row written with ``user_id`` in both tables; return the counts and
+def purge_user(
+    engine: Engine, user_id: str, cipher: RowCipher = PLAIN
+) -> tuple[RowCounts, list[str]]:
+    """Hard-delete every row written with ``user_id`` in both tables, and the compaction
+    summaries that cover any of them (a summary is written from the user's messages but
+    carries no user id; the other users' messages it covers stay); return the counts and
     every app a row was deleted from (their cached windows must go).
 
     Each transaction lists the user's apps, locks them (the generation bump: writers to them
@@ -109,6 +116,15 @@ def purge_user(engine: Engine, user_id: str) -> tuple[RowCounts, list[str]]:
                     break
                 for app_id in touched:
                     generation.bump(conn, app_id)
+                summaries = [
+                    row_id
+                    for app_id in touched
+                    for row_id in _summaries_covering(conn, app_id, user_id, cipher)
+                ]
+                if summaries:
+                    originals += conn.execute(
+                        original.delete().where(original.c.id.in_(summaries))
+                    ).rowcount
                 originals += conn.execute(
                     original.delete().where(
                         original.c.user_id == user_id, original.c.app_id.in_(touched)
@@ -121,6 +137,43 @@ def purge_user(engine: Engine, user_id: str) -> tuple[RowCounts, list[str]]:
                 ).rowcount
             apps.update(touched)
     return RowCounts(originals, displays), sorted(apps)
+
+
+def _summaries_covering(
+    conn: Connection, app_id: str, user_id: str, cipher: RowCipher
+) -> list[int]:
+    """The ids of the app's summary rows whose covered range holds a row of ``user_id``."""
+    first = conn.execute(
+        sa.select(sa.func.min(original.c.id)).where(
+            original.c.app_id == app_id, original.c.user_id == user_id
+        )
+    ).scalar()
+    if first is None:
+        return []
+    candidates = conn.execute(
+        sa.select(original.c.id, original.c.payload).where(
+            original.c.app_id == app_id,
+            original.c.message_type == SUMMARY_TYPE,
+            original.c.id > first,
+        )
+    ).all()
+    doomed: list[int] = []
+    for row in candidates:
+        info = summary_info(decode_row(cipher, app_id, row.id, row.payload))
+        if info is None:
+            continue
+        covered = conn.execute(
+            sa.select(original.c.id)
+            .where(
+                original.c.app_id == app_id,
+                original.c.user_id == user_id,
+                original.c.id.between(info.first_id, info.last_id),
+            )
+            .limit(1)
+        ).first()
+        if covered is not None:
+            doomed.append(row.id)
+    return doomed
 
 
 def _apps_of_user(conn: Connection, user_id: str) -> list[str]:

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from memstore import UserMessage
 from memstore.operations import purge_user
+from memstore.sql.schema import original
 from tests.conftest import StoreFactory
 
 
@@ -44,3 +45,37 @@ def test_an_app_written_while_the_purge_runs_loses_its_window(
     assert counts.original_rows == 2
     assert store.memory(late).messages() == []
     assert store.memory(app_id).messages() == []
+
+
+def test_a_summary_of_the_users_messages_goes_with_them(
+    make_store: StoreFactory, app_id: str
+) -> None:
+    user, other = f"user-{app_id}", f"other-{app_id}"
+    store = make_store()
+    store.append(app_id, [UserMessage(text="secret plan of the user")], user_id=user)
+    store.append(app_id, [UserMessage(text="hello from the other")], user_id=other)
+    store.append(app_id, [UserMessage(text="recent words")], user_id=other)
+    report = store.compact(app_id, lambda messages: "SUMMARY: secret plan", keep_last_messages=1)
+    assert report.compacted
+    window = store.memory(app_id).messages()
+    assert "SUMMARY: secret plan" in window[0].text
+    # a summary of the other user's messages only is kept
+    kept = f"{app_id}-b"
+    store.append(kept, [UserMessage(text="other 1")], user_id=other)
+    store.append(kept, [UserMessage(text="other 2")], user_id=other)
+    store.compact(kept, lambda messages: "SUMMARY: the other's", keep_last_messages=1)
+    store.append(kept, [UserMessage(text="user words")], user_id=user)
+
+    counts, apps = purge_user(store, user)
+    assert set(apps) == {app_id, kept}
+    assert counts.original_rows == 3  # the two user messages and the summary covering one
+    assert [m.text for m in store.memory(app_id).messages()] == [
+        "hello from the other",
+        "recent words",
+    ]
+    assert [m.text for m in store.memory(kept).messages()] == ["SUMMARY: the other's", "other 2"]
+    with store.engine.connect() as conn:
+        left = conn.execute(
+            sa.select(sa.func.count()).where(original.c.app_id == app_id)
+        ).scalar_one()
+    assert left == 2

@@ -172,16 +172,11 @@ IMPORT_SOURCES = tuple(SOURCES)
 
 @cli.command()
 @click.argument("app_id")
+@click.option("--window", is_flag=True, help="What the model gets (default).")
+@click.option("--original", is_flag=True, help="The raw original history.")
+@click.option("--display", is_flag=True, help="The display history.")
 @click.option(
-    "--window", "view", flag_value="window", default=True, help="What the model gets (default)."
-)
-@click.option("--original", "view", flag_value="original", help="The raw original history.")
-@click.option("--display", "view", flag_value="display", help="The display history.")
-@click.option(
-    "--executions",
-    "view",
-    flag_value="executions",
-    help="The loop guard's records of side-effecting tool calls.",
+    "--executions", is_flag=True, help="The loop guard's records of side-effecting tool calls."
 )
 @click.option(
     "--format",
@@ -200,7 +195,10 @@ IMPORT_SOURCES = tuple(SOURCES)
 @redis_option
 def show(
     app_id: str,
-    view: str,
+    window: bool,
+    original: bool,
+    display: bool,
+    executions: bool,
     fmt: str,
     limit: int | None,
     database_url: str | None,
@@ -212,6 +210,21 @@ def show(
     compaction's summary is marked ``[summary of ids FIRST..LAST: N messages]`` (the range
     it covers).
     """
+    chosen = [
+        name
+        for name, on in (
+            ("window", window),
+            ("original", original),
+            ("display", display),
+            ("executions", executions),
+        )
+        if on
+    ]
+    if len(chosen) > 1:
+        raise click.UsageError(
+            "give one view: " + " or ".join(f"--{name}" for name in chosen) + ", not several"
+        )
+    view = chosen[0] if chosen else "window"
     if fmt in PROVIDER_FORMATS and view not in ("window", "original"):
         raise click.UsageError(f"--format {fmt} applies to --window and --original only")
     with _open(database_url, redis_url) as store:
@@ -224,8 +237,8 @@ def show(
             return
         rows: list[tuple[int | None, Message]]
         if view == "window":
-            window = store.load_window(app, limit or store.settings.reload_max)
-            rows = [(None, message) for message in window]
+            messages = store.load_window(app, limit or store.settings.reload_max)
+            rows = [(None, message) for message in messages]
         else:
             newest = deque(admin.iter_history(store.engine, app, store.cipher), limit)
             rows = [(row.id, row.message) for row in newest]
@@ -821,7 +834,8 @@ def prune(
                 totals["apps"] += 1
                 for key in ("original_rows", "display_rows", "tool_executions"):
                     totals[key] += getattr(report, key)
-                if not dry_run:
+                removed = report.original_rows or report.display_rows or report.tool_executions
+                if not dry_run and removed:  # audit lines only for changes
                     audit.info(
                         "prune app=%r rule=%r original_rows=%d display_rows=%d tool_executions=%d",
                         app,

@@ -356,3 +356,10 @@ def test_bulk_commands_skip_an_app_they_cannot_handle_and_go_on(tmp_path: Path) 
         assert "skipped 1 app(s)" in err and "InvalidAppIdError" in err, args
     code, out, _ = run(url, "reload", "--all", "--json")
     assert json.loads(out)["summary"]["apps"] == 1
+
+
+def test_show_takes_one_view(seeded: MemoryStore, db_url: str, app_id: str) -> None:
+    code, _, err = run(db_url, "show", app_id, "--original", "--display")
+    assert code == 2 and "--original or --display" in err
+    code, out, _ = run(db_url, "show", app_id, "--display")
+    assert code == 0 and "make a file" in out

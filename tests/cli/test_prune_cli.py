@@ -125,3 +125,20 @@ def test_prune_usage_errors(db: tuple[str, MemoryStore], args: tuple[str, ...]) 
     code, _, _ = run(url, "prune", *args, "--yes")
     assert code == 2
     assert counts(store, "a") == (6, 4)
+
+
+def test_prune_all_writes_audit_lines_only_for_apps_that_lost_rows(
+    db: tuple[str, MemoryStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, store = db
+    store.append("young", [UserMessage(text="nothing old here")])
+    with caplog.at_level(logging.INFO, logger="memstore.audit"):
+        code, _, _ = run(url, "prune", "--all", "--older-than", "90d", "--yes")
+    assert code == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "memstore.audit"]
+    assert sorted(line.split()[1] for line in lines) == ["app='a'", "app='b'"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="memstore.audit"):
+        code, _, _ = run(url, "prune", "--all", "--older-than", "90d", "--yes")
+    assert code == 0
+    assert not [r for r in caplog.records if r.name == "memstore.audit"]  # the nightly rerun

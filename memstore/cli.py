@@ -79,9 +79,14 @@ def demo(database_url: str | None) -> None:
 @cli.command()
 @click.argument("action", type=click.Choice(["upgrade", "downgrade", "current"]), default="upgrade")
 @click.argument("revision", required=False)
+@click.option("--yes", is_flag=True, help="Downgrade without asking; required without a terminal.")
 @database_option
-def migrate(action: str, revision: str | None, database_url: str | None) -> None:
-    """Bring the schema to head (default), downgrade to REVISION, or print the current one."""
+def migrate(action: str, revision: str | None, yes: bool, database_url: str | None) -> None:
+    """Bring the schema to head (default), downgrade to REVISION, or print the current one.
+
+    A downgrade drops the tables and columns of every revision after REVISION, with their
+    data: it lists them and asks first (--yes without a terminal).
+    """
     from memstore.sql import migrate as migrations
 
     store = MemoryStore(_settings(database_url, None))
@@ -91,6 +96,20 @@ def migrate(action: str, revision: str | None, database_url: str | None) -> None
         elif action == "downgrade":
             if not revision:
                 raise click.UsageError("downgrade needs a REVISION (e.g. base)")
+            current = migrations.current_revision(store.engine)
+            undone = migrations.revisions_undone(current, revision)
+            if not undone:
+                click.echo(f"already at {revision}; nothing to undo", err=True)
+                return
+            click.echo(f"downgrade from {current} to {revision} undoes:", err=True)
+            for rev, description in undone:
+                click.echo(f"  {rev}  {description}", err=True)
+            if not yes:
+                if not sys.stdin.isatty():
+                    click.echo("refusing to downgrade without a terminal; pass --yes", err=True)
+                    raise SystemExit(EXIT_FINDINGS)
+                if not click.confirm("Drop these tables and columns with their data?", err=True):
+                    raise SystemExit(EXIT_FINDINGS)
             migrations.downgrade(store.engine, revision)
             click.echo(f"downgraded to {revision}")
         else:

@@ -91,6 +91,29 @@ def downgrade(engine: Engine, revision: str) -> None:
         command.downgrade(config, revision)
 
 
+def revisions_undone(current: str | None, target: str) -> list[tuple[str, str]]:
+    """The revisions a downgrade from ``current`` to ``target`` undoes, newest first, each
+    with the first line of its description. Raises
+    :class:`~memstore.errors.ConfigurationError` for a ``target`` that is not an older
+    revision of this line (``"base"`` undoes every one)."""
+    script = ScriptDirectory.from_config(alembic_config())
+    if target != "base":
+        try:
+            script.get_revision(target)
+        except Exception:  # alembic's own errors for an unknown or ambiguous revision
+            raise ConfigurationError(f"unknown revision {target!r}") from None
+    undone: list[tuple[str, str]] = []
+    revision = script.get_revision(current) if current else None
+    while revision is not None and revision.revision != target:
+        doc = (revision.doc or "").strip().splitlines()
+        undone.append((revision.revision, doc[0] if doc else ""))
+        down = revision.down_revision
+        revision = script.get_revision(down) if isinstance(down, str) else None
+    if target != "base" and (revision is None or revision.revision != target):
+        raise ConfigurationError(f"{target!r} is not older than the current revision")
+    return undone
+
+
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or ``None`` when it was never migrated."""
     with translated_errors("reading the schema revision"), engine.connect() as connection:

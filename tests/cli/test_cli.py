@@ -16,7 +16,15 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from memstore import AiMessage, MemoryStore, Settings, ToolRequest, ToolResult, UserMessage
+from memstore import (
+    AiMessage,
+    ConfigurationError,
+    MemoryStore,
+    Settings,
+    ToolRequest,
+    ToolResult,
+    UserMessage,
+)
 from memstore.cache import keys
 from memstore.cli import cli
 from memstore.core.rows import original_row
@@ -363,3 +371,24 @@ def test_show_takes_one_view(seeded: MemoryStore, db_url: str, app_id: str) -> N
     assert code == 2 and "--original or --display" in err
     code, out, _ = run(db_url, "show", app_id, "--display")
     assert code == 0 and "make a file" in out
+
+
+def test_a_downgrade_lists_what_it_drops_and_needs_yes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'migrate.db'}"
+    assert run(url, "migrate")[0] == 0
+    head = run(url, "migrate", "current")[1].strip()
+    code, _, err = run(url, "migrate", "downgrade", "0005")
+    assert code == 1 and "refusing to downgrade without a terminal" in err
+    assert "0008" in err and "0006" in err and "0005  " not in err
+    assert run(url, "migrate", "current")[1].strip() == head  # nothing dropped
+    code, out, _ = run(url, "migrate", "downgrade", "0005", "--yes")
+    assert code == 0 and "downgraded to 0005" in out
+    assert run(url, "migrate", "current")[1].strip() == "0005"
+    code, _, err = run(url, "migrate", "downgrade", "0005", "--yes")
+    assert code == 0 and "nothing to undo" in err
+    for bad in ("0007", "9999"):  # newer than the current one, unknown
+        result = CliRunner().invoke(
+            cli, ["migrate", "downgrade", bad, "--yes", "--database-url", url]
+        )
+        assert isinstance(result.exception, ConfigurationError), bad  # main() exits 2 with it
+    assert run(url, "migrate", "current")[1].strip() == "0005"

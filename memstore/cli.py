@@ -622,8 +622,19 @@ def stats(as_json: bool, database_url: str | None, redis_url: str | None) -> Non
         if as_json:
             _emit_json(data)
             return
-        for key, value in data.items():
-            click.echo(f"{key.replace('_', ' ')}: {value}")
+        by_type = ", ".join(
+            f"{kind} {count}" for kind, count in sorted(numbers.rows_by_type.items())
+        )
+        for label, shown in (
+            ("apps", numbers.apps),
+            ("original rows", numbers.original_rows),
+            ("display rows", numbers.display_rows),
+            ("rows by type", by_type or "none"),
+            ("redis windows", "no Redis configured" if windows is None else windows),
+            ("oldest", _when_text(data["oldest"])),
+            ("newest", _when_text(data["newest"])),
+        ):
+            click.echo(f"{label}: {shown}")
 
 
 @cli.command()
@@ -718,11 +729,18 @@ def health(
         raise SystemExit(EXIT_FINDINGS)
 
 
-def _when(row_id: int | None) -> str | None:
+def _when(row_id: int | None) -> dict[str, Any] | None:
+    """A message's time (from its snowflake id) and id, as separate fields."""
     if row_id is None:
         return None
     stamp = datetime.fromtimestamp(id_timestamp_ms(row_id) / 1000, tz=timezone.utc)
-    return f"{stamp.isoformat(timespec='seconds')} (id {row_id})"
+    return {"at": stamp.isoformat(timespec="seconds"), "id": row_id}
+
+
+def _when_text(when: object) -> str:
+    if not isinstance(when, dict):
+        return "none"
+    return f"{when['at']} (id {when['id']})"
 
 
 def _count_windows(store: MemoryStore) -> int | None:

@@ -161,7 +161,13 @@ def test_reload_and_stats(seeded: MemoryStore, db_url: str, app_id: str) -> None
     code, out, _ = run(db_url, "reload", app_id, "--json")
     assert code == 0 and json.loads(out)["reports"][0]["messages"] == 4
     code, out, _ = run(db_url, "stats", "--json")
-    assert code == 0 and json.loads(out)["apps"] >= 2
+    data = json.loads(out)
+    assert code == 0 and data["apps"] >= 2
+    assert isinstance(data["newest"]["id"], int) and data["newest"]["at"].startswith("20")
+    assert all(isinstance(n, int) for n in data["rows_by_type"].values())
+    code, out, _ = run(db_url, "stats")
+    assert code == 0 and "{" not in out and "None" not in out
+    assert "rows by type: ai " in out
 
 
 def test_usage_errors_exit_2(db_url: str) -> None:

@@ -169,7 +169,13 @@ def _sql_sessions(
     except (ArgumentError, ImportError, ValueError) as error:
         raise ImportSourceError(f"cannot open the source URL ({type(error).__name__})") from None
     try:
-        with engine.connect() as conn:
+        try:
+            connection = engine.connect()
+        except SQLAlchemyError as error:  # a host, database or password that does not answer
+            raise ImportSourceError(
+                f"cannot connect to the source ({type(error).__name__})"
+            ) from None
+        with connection as conn:
             try:
                 session_ids = list(
                     conn.execute(

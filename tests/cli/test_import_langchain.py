@@ -217,3 +217,41 @@ def test_import_langchain_sql_bad_sources_write_nothing(
     assert wrong.exit_code == 2 and "--app-id is an option of --from langchain4j-json" in (
         wrong.output
     )
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _unreachable_sources() -> list[str]:
+    import os
+
+    sources = [f"postgresql+psycopg://postgres@127.0.0.1:{_closed_port()}/test"]
+    postgres, mysql = (
+        os.environ.get("MEMSTORE_TEST_POSTGRES_URL"),
+        os.environ.get("MEMSTORE_TEST_MYSQL_URL"),
+    )
+    if postgres:
+        sources.append(str(sa.make_url(postgres).set(database="no_such_database_here")))
+    if mysql:
+        url = sa.make_url(mysql)
+        sources.append(str(url.set(database="no_such_database_here")))
+        sources.append(
+            url.set(username="nobody_here", password="wrong").render_as_string(hide_password=False)
+        )
+    return sources
+
+
+@pytest.mark.parametrize("source_kind", ["langchain-sql", "openai-agents-sql"])
+def test_an_unreachable_source_is_an_import_source_error(source_kind: str, tmp_path: Path) -> None:
+    from memstore.importers import ImportSourceError
+
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    for source in _unreachable_sources():
+        result = run_import(source, "--from", source_kind, "--database-url", target)
+        assert isinstance(result.exception, ImportSourceError), (source, result.exception)
+        assert "wrong" not in str(result.exception)  # never the password

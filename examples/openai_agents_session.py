@@ -83,6 +83,7 @@ async def main() -> None:
     model = ScriptedModel([call("call_1", "add", {"a": 1, "b": 2})], [say("1 + 2 = 3")])
     agent = Agent(name="calculator", instructions="Use the add tool.", model=model, tools=[add])
     session = MemstoreSession("user-42", store)  # instead of SQLiteSession("user-42", ...)
+    await session.clear_session()  # the story starts afresh when the example runs again
     result = await Runner.run(agent, "What is 1 + 2?", session=session)
     print(result.final_output)  # 1 + 2 = 3
     store.close()

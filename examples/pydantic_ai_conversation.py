@@ -43,6 +43,7 @@ async def main() -> None:
     store = MemoryStore(settings)
     store.migrate()
     conversations = MemstoreConversationStore(store)  # instead of InMemoryConversationStore()
+    await conversations.delete("chat-42")  # the story starts afresh when the example runs again
     conversation = await conversations.load("chat-42") or Conversation(conversation_id="chat-42")
     result = await agent.run("What is 1 + 2?", conversation=conversation)
     await conversations.save(result)

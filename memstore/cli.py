@@ -23,7 +23,7 @@ from memstore.core.fingerprint import GUARD_MARK
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
 from memstore.core.summary import summary_info
 from memstore.demo import describe
-from memstore.errors import MemstoreError
+from memstore.errors import ConfigurationError, MemstoreError
 from memstore.ids import id_timestamp_ms
 from memstore.importers import SOURCES, SessionImport, convert, import_session
 from memstore.messages import Message, ToolResult
@@ -121,6 +121,7 @@ def migrate(action: str, revision: str | None, yes: bool, database_url: str | No
 
 def _open(database_url: str | None, redis_url: str | None) -> MemoryStore:
     settings = _settings(database_url, redis_url)
+    _require_existing_sqlite(settings.database_url)
     if settings.redis_url:
         return MemoryStore(settings)
     # Without Redis the windows live in the service's own process: a window this command
@@ -128,11 +129,31 @@ def _open(database_url: str | None, redis_url: str | None) -> MemoryStore:
     return MemoryStore(settings, cache=NoWindowCache())
 
 
+def _require_existing_sqlite(database_url: str) -> None:
+    """Commands other than ``migrate`` and ``demo`` never create a database: a SQLite path
+    that does not exist (a typo, another folder) is named instead of becoming an empty file."""
+    from sqlalchemy.engine import make_url
+
+    from memstore.sql.engine import is_memory_sqlite
+
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or is_memory_sqlite(url) or url.database is None:
+        return
+    path = url.database
+    if path.startswith("file:"):
+        return  # a URI: SQLite's own options decide
+    if not os.path.exists(path):
+        raise ConfigurationError(
+            f"no SQLite database at {path!r}; create it with `memstore migrate`"
+        )
+
+
 def _emit_json(data: object) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, default=str, indent=2))
 
 
-def _apps(store: MemoryStore, app_ids: tuple[str, ...], all_apps: bool) -> list[str] | None:
+def _apps(app_ids: tuple[str, ...], all_apps: bool) -> list[str] | None:
+    """The explicit apps (normalized), or ``None`` for ``--all``; usage errors first."""
     if all_apps and app_ids:
         raise click.UsageError("give APP_IDs or --all, not both")
     if not all_apps and not app_ids:
@@ -160,6 +181,23 @@ class Skipped:
         click.echo(f"skipped {len(self.apps)} app(s) that could not be handled:", err=True)
         for app, why in self.apps:
             click.echo(f"  {terminal_safe(repr(app))}: {terminal_safe(why)}", err=True)
+        raise SystemExit(EXIT_FINDINGS)
+
+
+missing_ok_option = click.option(
+    "--missing-ok", is_flag=True, help="Accept an APP_ID that has no rows (else exit 1)."
+)
+
+
+def _require_known(store: MemoryStore, apps: list[str] | None, missing_ok: bool) -> None:
+    """An explicit APP_ID with no rows at all is a typo until told otherwise: name it and
+    exit 1 before doing anything (``--missing-ok`` accepts it)."""
+    if missing_ok or not apps:
+        return
+    unknown = admin.unknown_apps(store.engine, apps)
+    if unknown:
+        names = ", ".join(terminal_safe(repr(app)) for app in unknown)
+        click.echo(f"no rows for app id(s) {names}; pass --missing-ok to accept that", err=True)
         raise SystemExit(EXIT_FINDINGS)
 
 
@@ -210,6 +248,7 @@ IMPORT_SOURCES = tuple(SOURCES)
     default=None,
     help="Most messages/rows.",
 )
+@missing_ok_option
 @database_option
 @redis_option
 def show(
@@ -220,6 +259,7 @@ def show(
     executions: bool,
     fmt: str,
     limit: int | None,
+    missing_ok: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -248,6 +288,7 @@ def show(
         raise click.UsageError(f"--format {fmt} applies to --window and --original only")
     with _open(database_url, redis_url) as store:
         app = normalize_app_id(app_id)
+        _require_known(store, [app], missing_ok)
         if view == "display":
             _show_display(store.history(app, limit=min(limit or 20, 1000)), fmt)
             return
@@ -373,8 +414,8 @@ def reload(
     themselves on their next miss. With --workers N, N processes rebuild the windows, each
     with its own connections (the reports keep the apps' order).
     """
+    apps = _apps(app_ids, all_apps)
     with _open(database_url, redis_url) as store:
-        apps = _apps(store, app_ids, all_apps)
         if not store.settings.redis_url:
             click.echo(
                 "note: no Redis URL; windows are rebuilt and checked but not cached", err=True
@@ -438,6 +479,7 @@ def _summary(totals: dict[str, int], as_json: bool) -> None:
 @click.option("--all", "all_apps", is_flag=True, help="Every app with history.")
 @click.option("--repair", is_flag=True, help="Fix what has a fix, one transaction per app.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@missing_ok_option
 @database_option
 @redis_option
 def check(
@@ -445,6 +487,7 @@ def check(
     all_apps: bool,
     repair: bool,
     as_json: bool,
+    missing_ok: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -452,8 +495,9 @@ def check(
 
     Exit 1 when any is found (with --repair: when any remains that has no automatic fix).
     """
+    apps = _apps(app_ids, all_apps)
     with _open(database_url, redis_url) as store:
-        apps = _apps(store, app_ids, all_apps)
+        _require_known(store, apps, missing_ok)
         found = 0
         results = []
         skipped = Skipped()
@@ -810,6 +854,7 @@ def _duration(value: str | None) -> timedelta | None:
 @click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
 @click.option("--yes", is_flag=True, help="Do not ask; required without a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@missing_ok_option
 @database_option
 @redis_option
 def prune(
@@ -820,6 +865,7 @@ def prune(
     dry_run: bool,
     yes: bool,
     as_json: bool,
+    missing_ok: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -829,8 +875,9 @@ def prune(
     the loop guard's older records go too. Deletes run in short batches while traffic flows.
     """
     age = _duration(older_than)
+    apps = _apps(app_ids, all_apps)
     with _open(database_url, redis_url) as store:
-        apps = _apps(store, app_ids, all_apps)
+        _require_known(store, apps, missing_ok)
         if age is None and keep_last is None:
             if store.settings.retention_days is None:
                 raise click.UsageError(
@@ -928,6 +975,7 @@ def prune(
     default="-",
     help="File to write (default: standard output).",
 )
+@missing_ok_option
 @database_option
 @redis_option
 def export_command(
@@ -935,6 +983,7 @@ def export_command(
     user_id: str | None,
     fmt: str,
     output: str,
+    missing_ok: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -944,28 +993,32 @@ def export_command(
         raise click.UsageError("give APP_IDs or --user-id (one of them)")
     if fmt != "jsonl" and user_id is not None:
         raise click.UsageError(f"--format {fmt} exports whole apps: give APP_IDs")
-    with (
-        _open(database_url, redis_url) as store,
-        click.open_file(output, "w", encoding="utf-8") as out,
-    ):
-        written = 0
-        if fmt == "jsonl":
-            for record in store.export(app_ids or None, user_id):
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                written += 1
-        else:
-            for app in (normalize_app_id(a) for a in app_ids):
-                rows = admin.counts_for(store.engine, app_id=app).original_rows
-                # the whole history: every original message, no compaction summary
-                messages = store.load_window(app, max(1, rows), summaries=False)
-                line = {
-                    "app_id": app,
-                    "format": fmt,
-                    "conversation": _provider_format(messages, fmt),
-                }
-                out.write(json.dumps(line, ensure_ascii=False) + "\n")
-                written += 1
+    with _open(database_url, redis_url) as store:
+        if app_ids:  # before the output file is created
+            _require_known(store, [normalize_app_id(a) for a in app_ids], missing_ok)
+        with click.open_file(output, "w", encoding="utf-8") as out:
+            written = _export_records(store, out, app_ids, user_id, fmt)
     click.echo(f"exported {written} records", err=True)
+
+
+def _export_records(
+    store: MemoryStore, out: Any, app_ids: tuple[str, ...], user_id: str | None, fmt: str
+) -> int:
+    """Write the export's lines to ``out``; return how many."""
+    written = 0
+    if fmt == "jsonl":
+        for record in store.export(app_ids or None, user_id):
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            written += 1
+        return written
+    for app in (normalize_app_id(a) for a in app_ids):
+        rows = admin.counts_for(store.engine, app_id=app).original_rows
+        # the whole history: every original message, no compaction summary
+        messages = store.load_window(app, max(1, rows), summaries=False)
+        line = {"app_id": app, "format": fmt, "conversation": _provider_format(messages, fmt)}
+        out.write(json.dumps(line, ensure_ascii=False) + "\n")
+        written += 1
+    return written
 
 
 @cli.command("import")

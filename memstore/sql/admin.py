@@ -20,7 +20,7 @@ from memstore.core.window import StoredMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import oldest_first_query, rows_to_messages
-from memstore.sql.schema import display, original
+from memstore.sql.schema import display, original, tool_executions
 
 APP_PAGE = 500
 ROW_PAGE = 2000
@@ -39,6 +39,23 @@ def iter_app_ids(engine: Engine, page: int = APP_PAGE) -> Iterator[str]:
         if len(batch) < page:
             return
         after = batch[-1]
+
+
+def unknown_apps(engine: Engine, app_ids: list[str]) -> list[str]:
+    """Those of ``app_ids`` with no row at all: no message in either history and no loop-guard
+    record (a typo, most likely)."""
+    unknown = []
+    with translated_errors("looking up apps"), engine.connect() as conn:
+        for app_id in app_ids:
+            if not any(
+                conn.execute(
+                    sa.select(table.c.app_id).where(table.c.app_id == app_id).limit(1)
+                ).first()
+                is not None
+                for table in (original, display, tool_executions)
+            ):
+                unknown.append(app_id)
+    return unknown
 
 
 def count_apps(engine: Engine) -> int:

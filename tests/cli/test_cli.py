@@ -398,3 +398,33 @@ def test_a_downgrade_lists_what_it_drops_and_needs_yes(tmp_path: Path) -> None:
         )
         assert isinstance(result.exception, ConfigurationError), bad  # main() exits 2 with it
     assert run(url, "migrate", "current")[1].strip() == "0005"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "typo-app"],
+        ["check", "typo-app"],
+        ["export", "typo-app"],
+        ["prune", "typo-app", "--keep-last", "1", "--yes"],
+    ],
+)
+def test_an_unknown_app_id_is_named_and_exits_1(
+    seeded: MemoryStore, db_url: str, args: list[str], tmp_path: Path
+) -> None:
+    out_file = str(tmp_path / "out.jsonl")
+    extra = ["--output", out_file] if args[0] == "export" else []
+    code, _, err = run(db_url, *args, *extra)
+    assert code == 1 and "no rows for app id(s) 'typo-app'" in err
+    assert not Path(out_file).exists()
+    code, _, _ = run(db_url, *args, *extra, "--missing-ok")
+    assert code == 0
+
+
+def test_read_commands_never_create_a_sqlite_file(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    for args in (["show", "a"], ["stats"], ["check", "--all"]):
+        result = CliRunner().invoke(cli, [*args, "--database-url", f"sqlite:///{missing}"])
+        assert isinstance(result.exception, ConfigurationError), args
+        assert "no SQLite database at" in str(result.exception)
+    assert not missing.exists()

@@ -1181,6 +1181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"Machine: {machine_notes()}; {versions()}.\n")
     print(report.render())
+    if args.tiny:  # a smoke run: the targets are sized for full data and judged there only
+        print("\n(tiny run: targets are not judged; exit 0 means every measure ran)")
+        return 0
     return exit_status(report.checks)
 
 

@@ -30,3 +30,10 @@ def test_tiny_compare_run_prints_every_measure() -> None:
     assert "sqlite: durable 20-message turn" in text
     assert "8 writers" in text
     assert any(check.what == "async / sync" for check in report.checks)
+
+
+def test_the_documented_smoke_run_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m benchmarks.compare --tiny`` (the docs' smoke run) exits 0 once every measure
+    ran: the targets are sized for full data and not judged on tiny data."""
+    assert compare.main(["--tiny", "--databases", "sqlite"]) == 0
+    assert "targets are not judged" in capsys.readouterr().out

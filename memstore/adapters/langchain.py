@@ -49,6 +49,16 @@ Everything in a message must be JSON (an artifact that is not raises
 :class:`~memstore.errors.InvalidMessageError`). Rows written without this adapter (by
 ``store.append``, the collector, a LangChain4j service) are read as the matching LangChain
 message, their ``metadata`` in ``response_metadata["memstore"]``.
+
+An ``AIMessage``'s reasoning that its provider takes back becomes the row's
+:class:`~memstore.messages.Reasoning` parts, in place (a part after the reply's text or a call
+goes right before the next call), so a window rebuilt from SQL sends it with its calls
+(``docs/integrations/langchain.md``, "Reasoning"): langchain-anthropic ``thinking`` (with its
+signature) and ``redacted_thinking`` blocks, langchain-openai Responses ``reasoning`` items
+(in ``content``, or ``additional_kwargs["reasoning"]`` with ``output_version="v0"``), LangChain
+1.x ``reasoning`` blocks of a reply whose ``response_metadata["model_provider"]`` is
+``"anthropic"`` or ``"openai"``, and ``additional_kwargs["reasoning_content"]``. Anything else
+(no signature, another provider, a malformed block) stays in the metadata copy only.
 """
 
 from __future__ import annotations
@@ -76,6 +86,7 @@ except ImportError as error:
     raise missing_extra(__name__, "langchain", error) from error
 
 from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
+from memstore.adapters._lc_reasoning import reasoning_of
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id, normalize_user_id
 from memstore.core.plans import positive
 from memstore.errors import InvalidInputError, InvalidMessageError
@@ -283,7 +294,8 @@ def to_canonical(message: BaseMessage) -> Message:
     """The canonical row of a LangChain message (the message itself in ``metadata``)."""
     if not isinstance(message, BaseMessage):
         raise InvalidMessageError(f"expected a langchain BaseMessage, got {type(message).__name__}")
-    metadata: dict[str, Any] = {LANGCHAIN_KEY: _record(message)}
+    record = _record(message)
+    metadata: dict[str, Any] = {LANGCHAIN_KEY: record}
     text = _text(message.content)
     if isinstance(message, HumanMessage):
         return UserMessage(text=text, metadata=metadata)
@@ -291,9 +303,11 @@ def to_canonical(message: BaseMessage) -> Message:
         return SystemMessage(text=text, metadata=metadata)
     if isinstance(message, AIMessage):
         requests = _requests(message)
+        data = record.get("data")
         return AiMessage(
             text=None if requests and not text else text,
             tool_requests=requests,
+            reasoning=reasoning_of(data, requests) if isinstance(data, dict) else (),
             metadata=metadata,
         )
     if isinstance(message, ToolMessage):

@@ -59,6 +59,34 @@ def responses_reasoning(
     )
 
 
+def responses_item_part(item: Mapping[str, Any]) -> Reasoning | None:
+    """The part of a Responses ``reasoning`` item given as JSON (every key kept, byte for
+    byte), or ``None`` when it is not of the API's shape: no non-empty string ``id``, a
+    ``summary`` that is not a list of ``summary_text`` parts with string ``text``, a
+    non-string ``encrypted_content``, a value that is not JSON."""
+    item_id = item.get("id")
+    encrypted = item.get("encrypted_content")
+    summary = item.get("summary")
+    if summary is None:
+        summary = []
+    if not isinstance(item_id, str) or not item_id:
+        return None
+    if encrypted is not None and not isinstance(encrypted, str):
+        return None
+    if not isinstance(summary, list):
+        return None
+    texts: list[str] = []
+    for part in summary:
+        text = part.get("text") if isinstance(part, Mapping) else None
+        if not isinstance(text, str) or part.get("type") != "summary_text":
+            return None
+        texts.append(text)
+    try:
+        return responses_reasoning(item_id, texts, encrypted, item)
+    except ValueError:  # pydantic's ValidationError and memstore's InvalidMessageError
+        return None
+
+
 def placed(
     parts: Iterable[Reasoning], call_ids: Iterable[str] = ()
 ) -> tuple[list[Reasoning], dict[str, list[Reasoning]]]:

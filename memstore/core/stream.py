@@ -65,7 +65,7 @@ from memstore.core.reasoning import (
     RESPONSES_REASONING,
     THINKING,
     placed_before,
-    responses_reasoning,
+    responses_item_part,
 )
 from memstore.errors import (
     IncompleteToolCallError,
@@ -995,18 +995,10 @@ class StreamAssembler:
 
     def _responses_reasoning(self, chunk: object, item: object) -> Reasoning:
         """The part of a finished reasoning item; its fields are checked, its values kept."""
-        fields = _as_json_object(item)
-        item_id = self._str_field(chunk, fields, "id", required=True)
-        encrypted = self._str_field(chunk, fields, "encrypted_content", required=False)
-        texts: list[str] = []
-        for part in self._list_field(chunk, fields, "summary"):
-            if not _is_record(part):
-                raise self._malformed(chunk, "a reasoning summary part is not an object")
-            texts.append(self._str_field(chunk, part, "text", required=True) or "")
-        try:
-            return responses_reasoning(item_id or "", texts, encrypted, fields)
-        except ValueError:  # pydantic: a field that is not JSON
-            raise self._malformed(chunk, "a reasoning item field is not JSON") from None
+        part = responses_item_part(_as_json_object(item))
+        if part is None:
+            raise self._malformed(chunk, "a reasoning item is not of the API's shape")
+        return part
 
     def _langchain4j_ops(self, chunk: object, kind: str) -> list[tuple[Any, ...]]:
         if kind == "ai_response":

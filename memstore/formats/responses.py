@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from memstore.core.metadata import thaw
 from memstore.core.reasoning import (
     OPENAI,
     RESPONSES_ITEM_IDS_KEY,
@@ -136,20 +137,11 @@ def to_responses(
 
 def _reasoning_item(part: Reasoning) -> dict[str, Any]:
     item: dict[str, Any] = {"type": "reasoning", "id": part.id or ""}
-    item.update(_thawed(part.extra))
+    item.update(thaw(part.extra))
     item.setdefault("summary", [])
     if part.signature is not None:
         item["encrypted_content"] = part.signature
     return item
-
-
-def _thawed(value: Any) -> Any:
-    """Plain dicts and lists of frozen metadata (the SDK's types want plain ones)."""
-    if isinstance(value, Mapping):
-        return {key: _thawed(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_thawed(item) for item in value]
-    return value
 
 
 def from_responses(items: Iterable[Mapping[str, Any]]) -> list[Message]:

@@ -111,6 +111,14 @@ def history_app_id(app_name: str, user_id: str, session_id: str) -> str:
 # -- events <-> canonical rows ---------------------------------------------------------------------
 
 
+def _dumped(parts: list[Any], index: int, kind: str, field: str) -> Any:
+    """A part's field as ADK serializes the event (``model_dump(mode="json")``: datetimes,
+    decimals and bytes as strings), so what memstore stores is what ADK's own services store."""
+    part = parts[index] if 0 <= index < len(parts) else None
+    value = part.get(kind) if isinstance(part, dict) else None
+    return value.get(field) if isinstance(value, dict) else None
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -177,8 +185,12 @@ def event_to_messages(event: Event) -> list[Message]:
     ]
     if calls and all(call.id and call.name for _, call in calls):
         requests = [
-            ToolRequest(id=call.id or "", name=call.name or "", arguments=_canonical(call.args))
-            for _, call in calls
+            ToolRequest(
+                id=call.id or "",
+                name=call.name or "",
+                arguments=_canonical(_dumped(parts, index, "function_call", "args") or {}),
+            )
+            for index, call in calls
         ]
         return [
             AiMessage(
@@ -192,7 +204,7 @@ def event_to_messages(event: Event) -> list[Message]:
         rows: list[Message] = []
         others = [i for i in every if i not in {index for index, _ in responses}]
         for n, (index, response) in enumerate(responses):
-            body = response.response or {}
+            body = _dumped(parts, index, "function_response", "response") or {}
             rows.append(
                 ToolResult(
                     id=response.id or "",

@@ -394,3 +394,52 @@ def test_an_operator_purge_removes_the_session(env: AdapterEnv) -> None:
         assert count(env, adk_state, adk_state.c.session_id, session.id) == 0
 
     env.run(scenario())
+
+
+def test_a_tool_response_holding_datetimes_decimals_and_bytes_is_stored(env: AdapterEnv) -> None:
+    """What ADK's own services store (the event's JSON form), not a builtin TypeError."""
+    import datetime
+    import decimal
+
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        call = Event(
+            author="calc",
+            invocation_id="i-1",
+            content=types.Content(
+                role="model",
+                parts=[types.Part(function_call=types.FunctionCall(id="t1", name="now", args={}))],
+            ),
+        )
+        body = {"at": datetime.datetime(2026, 1, 2, 3, 4, 5), "n": decimal.Decimal("1.50")}
+        body["raw"] = b"\xff\x00"
+        answer = Event(
+            author="calc",
+            invocation_id="i-1",
+            content=types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(id="t1", name="now", response=body)
+                    )
+                ],
+            ),
+        )
+        await service.append_event(session, call)
+        await service.append_event(session, answer)
+        sync = env.sync_store()
+        result = sync.load_window(history_app_id(APP, USER, session.id))[-1]
+        assert result.text == '{"at":"2026-01-02T03:04:05","n":"1.50","raw":"_wA="}'
+        stored = await service_of(env).get_session(
+            app_name=APP, user_id=USER, session_id=session.id
+        )
+        assert stored is not None
+        kept = stored.events[-1].content.parts[0].function_response  # type: ignore[union-attr,index]
+        assert kept is not None and kept.response == {
+            "at": "2026-01-02T03:04:05",
+            "n": "1.50",
+            "raw": "_wA=",
+        }
+
+    env.run(scenario())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -118,8 +119,13 @@ def rows_with_ids(
 
 
 def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None:
-    """Raise before writing when a message's metadata is over the limit (compact JSON, UTF-8
-    bytes) or, having bypassed construction checks, is not JSON data."""
+    """Raise before writing when a message's metadata is over its limit (compact JSON, UTF-8
+    bytes) or, having bypassed construction checks, is not JSON data.
+
+    A message's limit is ``max_metadata_bytes`` plus room to repeat its own texts once
+    (:func:`own_text_allowance`): a framework adapter keeps the framework's message, texts
+    included, in ``metadata``, so a tool result the store takes is never refused for its copy.
+    """
     for position, message in enumerate(messages):
         if not message.metadata:
             continue
@@ -127,13 +133,35 @@ def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None
             size = metadata_size(message.metadata)
         except MetadataError as error:
             raise InvalidMessageError(f"message {position} ({message.type}): {error}") from None
-        if size > max_metadata_bytes:
+        if size <= max_metadata_bytes:
+            continue
+        limit = max_metadata_bytes + own_text_allowance(message)
+        if size > limit:
             raise MessageTooLargeError(
                 f"message {position} ({message.type}) metadata is {size} bytes; "
-                f"the limit is {max_metadata_bytes} bytes",
+                f"the limit is {limit} bytes ({max_metadata_bytes} and the message's own "
+                "texts once)",
                 size=size,
-                limit=max_metadata_bytes,
+                limit=limit,
             )
+
+
+def own_text_allowance(message: Message) -> int:
+    """Bytes of the message's texts as JSON strings (text, tool arguments, reasoning): what a
+    copy of the message in its metadata needs beyond the metadata limit."""
+    texts: list[str] = []
+    if isinstance(message, AiMessage):
+        if message.text is not None:
+            texts.append(message.text)
+        texts.extend(call.arguments for call in message.tool_requests)
+        for part in message.reasoning:
+            texts.extend(value for value in (part.text, part.signature) if value is not None)
+    else:
+        texts.append(message.text)
+    return sum(
+        len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        for text in texts
+    )
 
 
 def unknown_call_error(app_id: str, missing: set[str]) -> UnknownToolCallError:

@@ -139,10 +139,10 @@ def check_metadata(messages: Iterable[Message], max_metadata_bytes: int) -> None
         if size > limit:
             raise MessageTooLargeError(
                 f"message {position} ({message.type}) metadata is {size} bytes; "
-                f"the limit is {limit} bytes ({max_metadata_bytes} and the message's own "
-                "texts once)",
+                f"the limit is {max_metadata_bytes} bytes (MEMSTORE_MAX_METADATA_BYTES), "
+                f"{limit} with the message's own texts once",
                 size=size,
-                limit=limit,
+                limit=max_metadata_bytes,
             )
 
 

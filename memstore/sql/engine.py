@@ -199,7 +199,49 @@ def sync_url(url: str | URL) -> URL:
     driver = DEFAULT_SYNC_DRIVERS.get(backend)
     if driver is None:
         raise ConfigurationError(f"no synchronous driver known for the {backend!r} database")
+    if parsed.get_driver_name() == "asyncpg":
+        parsed = parsed.set(query=_psycopg_query(parsed.query))
     return parsed.set(drivername=f"{backend}+{driver}")
+
+
+ASYNCPG_ONLY_OPTIONS = frozenset(
+    {
+        "prepared_statement_cache_size",
+        "prepared_statement_name_func",
+        "statement_cache_size",
+        "max_cached_statement_lifetime",
+        "max_cacheable_statement_size",
+        "command_timeout",
+    }
+)
+"""URL options of SQLAlchemy's asyncpg dialect (and asyncpg's own) that psycopg does not know:
+the sync twin of an asyncpg store leaves them out."""
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _psycopg_query(query: Any) -> dict[str, Any]:
+    """An asyncpg URL's options as psycopg takes them: asyncpg-only ones left out, ``ssl``
+    (asyncpg's spelling) as ``sslmode`` (``true`` meaning ``require``)."""
+    out: dict[str, Any] = {}
+    for key, value in query.items():
+        if key in ASYNCPG_ONLY_OPTIONS:
+            continue
+        if key == "ssl":
+            if "sslmode" in query:
+                continue  # psycopg's own spelling wins
+            mode = str(value).lower()
+            mode = {"true": "require", "1": "require", "false": "disable", "0": "disable"}.get(
+                mode, mode
+            )
+            if mode not in _SSL_MODES:
+                raise ConfigurationError(
+                    f"ssl={value!r} of an asyncpg URL has no psycopg sslmode; use one of "
+                    f"{', '.join(_SSL_MODES)}"
+                )
+            out["sslmode"] = mode
+            continue
+        out[key] = value
+    return out
 
 
 @contextmanager

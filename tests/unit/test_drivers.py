@@ -94,3 +94,27 @@ def test_a_driver_no_extra_installs_is_a_configuration_error(
     assert "'psycopg2' driver" in str(raised.value)
     assert "postgresql+psycopg:// (memstore[postgres])" in str(raised.value)
     assert "s3cret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("?ssl=true&prepared_statement_cache_size=0", {"sslmode": "require"}),
+        (
+            "?ssl=verify-full&application_name=svc",
+            {"sslmode": "verify-full", "application_name": "svc"},
+        ),
+        ("?command_timeout=5&sslmode=disable&ssl=require", {"sslmode": "disable"}),
+        ("", {}),
+    ],
+)
+def test_the_sync_twin_of_an_asyncpg_url_takes_psycopg_options(
+    options: str, expected: dict[str, str]
+) -> None:
+    url = sync_url(f"postgresql+asyncpg://u:p@h/db{options}")
+    assert url.drivername == "postgresql+psycopg" and dict(url.query) == expected
+
+
+def test_an_asyncpg_ssl_value_psycopg_cannot_take_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="sslmode"):
+        sync_url("postgresql+asyncpg://u@h/db?ssl=sometimes")

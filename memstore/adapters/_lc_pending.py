@@ -30,8 +30,14 @@ except ImportError as error:
         "memstore.adapters.langchain.MemstoreMiddleware", "langchain", error
     ) from error
 
-from memstore.adapters._history import OPAQUE_MARK, StoreAccess
-from memstore.adapters.langchain import FOREIGN_KEY, LANGCHAIN_KEY, from_canonical, to_canonical
+from memstore.adapters._history import StoreAccess
+from memstore.adapters.langchain import (
+    FOREIGN_KEY,
+    LANGCHAIN_KEY,
+    from_canonical,
+    is_orphan_result,
+    to_canonical,
+)
 from memstore.core.window import SYNTHETIC_MARK, StoredMessage
 from memstore.messages import Message
 
@@ -164,11 +170,7 @@ def window_messages(window: Iterable[Message]) -> list[BaseMessage]:
     out: list[BaseMessage] = []
     for message in window:
         converted: Any = from_canonical(message)
-        if converted is None or (
-            # a result stored opaquely (its call was never stored) would reach the model as
-            # a tool result without its call
-            isinstance(converted, ToolMessage) and message.metadata.get(OPAQUE_MARK)
-        ):
+        if converted is None or is_orphan_result(message, converted):
             continue
         if converted.id is None:
             converted.id = f"memstore-{uuid.uuid4()}"

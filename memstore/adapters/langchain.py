@@ -188,13 +188,13 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The full history, chronological (or the window, see ``window``)."""
         if self.window:
-            return _from_rows(self._access.window(self.session_id, self.max_messages))
+            return window_rows(self._access.window(self.session_id, self.max_messages))
         return _from_rows(row.message for row in self._access.all_rows(self.session_id))
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:attr:`messages` as a coroutine."""
         if self.window:
-            return _from_rows(await self._access.awindow(self.session_id, self.max_messages))
+            return window_rows(await self._access.awindow(self.session_id, self.max_messages))
         rows = await self._access.aall_rows(self.session_id)
         return _from_rows(row.message for row in rows)
 
@@ -399,5 +399,21 @@ def _from_rows(messages: Iterable[Message]) -> list[BaseMessage]:
     for message in messages:
         converted = from_canonical(message)
         if converted is not None:
+            out.append(converted)
+    return out
+
+
+def is_orphan_result(message: Message, converted: BaseMessage) -> bool:
+    """A tool result stored opaquely because its call was never stored: in a window it would
+    reach the model as a tool result without its call, which the providers refuse."""
+    return isinstance(converted, ToolMessage) and bool(message.metadata.get(OPAQUE_MARK))
+
+
+def window_rows(window: Iterable[Message]) -> list[BaseMessage]:
+    """The LangChain messages of an edge-checked window: opaque orphan results left out."""
+    out: list[BaseMessage] = []
+    for message in window:
+        converted = from_canonical(message)
+        if converted is not None and not is_orphan_result(message, converted):
             out.append(converted)
     return out

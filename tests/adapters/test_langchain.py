@@ -239,6 +239,20 @@ def test_window_answers_an_unfinished_tool_call(env: AdapterEnv, app_id: str) ->
     assert history_of(env, app_id).messages == [HumanMessage("start"), pending]  # full history
 
 
+def test_window_leaves_out_a_result_whose_call_was_never_stored(
+    env: AdapterEnv, app_id: str
+) -> None:
+    orphan = ToolMessage("stray", tool_call_id="never-called")
+    sent = [HumanMessage("hi"), orphan, AIMessage("hello")]
+    history_of(env, app_id).add_messages(sent)
+    assert history_of(env, app_id).messages == sent  # the full history: exactly as stored
+    windowed = history_of(env, app_id, window=True)
+    got = windowed.messages if not env.is_async else env.run(windowed.aget_messages())
+    assert got == [HumanMessage("hi"), AIMessage("hello")]  # no tool result without its call
+    sized = history_of(env, app_id, window=True, max_messages=3)
+    assert sized.messages == [HumanMessage("hi"), AIMessage("hello")]
+
+
 def test_clear_and_isolation(env: AdapterEnv, app_id: str) -> None:
     store = env.store()
     first = MemstoreChatMessageHistory(store, app_id)

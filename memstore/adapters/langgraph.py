@@ -29,6 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+from memstore.errors import InvalidInputError
 from memstore.extras import missing_extra
 
 try:
@@ -75,6 +76,11 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         keys: ``config -> (app id, user id)``; default: the thread id and
             ``configurable.user_id``.
         channel: the state key holding the messages (default ``"messages"``).
+        thread_app: ``thread id -> app id``, for :meth:`delete_thread` (which gets only the
+            thread id); default: ``keys`` applied to a config holding only that thread id.
+            Pass it when ``keys`` needs more of the config (a tenant, say):
+            :meth:`delete_thread` then raises :class:`~memstore.errors.InvalidInputError`
+            rather than purge an app it cannot name.
     """
 
     def __init__(
@@ -84,11 +90,13 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         *,
         keys: ThreadKeys | None = None,
         channel: str = MESSAGES_CHANNEL,
+        thread_app: Callable[[str], str | int] | None = None,
     ) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.keys = keys or config_keys
         self.channel = channel
+        self.thread_app = thread_app
         self._access = StoreAccess(store)
         self._known: dict[str, set[str]] = {}
         self._lock = threading.Lock()
@@ -151,10 +159,23 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         self._remember(app_id, messages)
 
     def _forget(self, thread_id: str) -> str:
-        app_id = normalize_app_id(thread_id, what="thread_id")
+        """The app of ``thread_id`` (see ``thread_app``), forgotten by the mirror."""
+        app_id = normalize_app_id(self._thread_app(thread_id), what="thread_id")
         with self._lock:
             self._known.pop(app_id, None)
         return app_id
+
+    def _thread_app(self, thread_id: str) -> str | int:
+        if self.thread_app is not None:
+            return self.thread_app(thread_id)
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        try:
+            return self.keys(config)[0]
+        except Exception as error:  # the keys function needs more than the thread id
+            raise InvalidInputError(
+                f"the keys function cannot name the app of thread {thread_id!r} from its id "
+                f"alone ({type(error).__name__}); pass thread_app= to MemstoreMirrorSaver"
+            ) from None
 
     # -- sync ------------------------------------------------------------------------------------
 
@@ -193,9 +214,11 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         self.inner.put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete the thread's checkpoints (inner saver) and purge its app in memstore."""
+        """Delete the thread's checkpoints (inner saver) and purge its app in memstore (named
+        by ``thread_app``; when it cannot be named, nothing is deleted)."""
+        app_id = self._forget(thread_id)
         self.inner.delete_thread(thread_id)
-        self._access.purge(self._forget(thread_id))
+        self._access.purge(app_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self.inner.delete_for_runs(run_ids)
@@ -218,7 +241,9 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         inner = self.inner.with_allowlist(extra_allowlist)
         if inner is self.inner:
             return self
-        clone = MemstoreMirrorSaver(inner, self.store, keys=self.keys, channel=self.channel)
+        clone = MemstoreMirrorSaver(
+            inner, self.store, keys=self.keys, channel=self.channel, thread_app=self.thread_app
+        )
         clone._known, clone._lock = self._known, self._lock  # one memory of what is stored
         return clone
 
@@ -261,8 +286,9 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread` as a coroutine."""
+        app_id = self._forget(thread_id)
         await self.inner.adelete_thread(thread_id)
-        await self._access.apurge(self._forget(thread_id))
+        await self._access.apurge(app_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self.inner.adelete_for_runs(run_ids)

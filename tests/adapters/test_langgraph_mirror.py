@@ -128,3 +128,39 @@ def test_delete_thread_purges_the_checkpoints_and_the_app(env: AdapterEnv, app_i
 
     call(env, build(ProviderLikeModel(["fresh"]), saver), "hello", app_id)
     assert types(env, app_id) == ["UserMessage", "AiMessage"]  # mirrored again from scratch
+
+
+def test_delete_thread_with_custom_keys_purges_the_mirrored_app_only(
+    env: AdapterEnv, app_id: str
+) -> None:
+    from memstore import UserMessage
+    from memstore.errors import InvalidInputError
+
+    def tenant_keys(cfg: Any) -> tuple[str, None]:
+        return f"tenant-a:{cfg['configurable']['thread_id']}", None
+
+    neighbour = env.sync_store()
+    neighbour.append(app_id, [UserMessage(text="someone else's app named like the thread")])
+    inner = InMemorySaver()
+    saver = MemstoreMirrorSaver(inner, env.store(), keys=tenant_keys)
+    call(env, build(ProviderLikeModel(["hello"]), saver), "hi", app_id)
+    assert types(env, f"tenant-a:{app_id}") == ["UserMessage", "AiMessage"]
+    if env.is_async:
+        env.run(saver.adelete_thread(app_id))
+    else:
+        saver.delete_thread(app_id)
+    assert types(env, f"tenant-a:{app_id}") == []  # the mirrored app is purged
+    assert types(env, app_id) == ["UserMessage"]  # the app named like the thread is untouched
+
+    def needs_more(cfg: Any) -> tuple[str, None]:
+        return f"{cfg['configurable']['tenant']}:{cfg['configurable']['thread_id']}", None
+
+    strict = MemstoreMirrorSaver(InMemorySaver(), env.store(), keys=needs_more)
+    with pytest.raises(InvalidInputError, match="thread_app"):
+        strict.delete_thread(app_id)
+    assert types(env, app_id) == ["UserMessage"]
+    named = MemstoreMirrorSaver(
+        InMemorySaver(), env.store(), keys=needs_more, thread_app=lambda t: f"tenant-a:{t}"
+    )
+    named.delete_thread(app_id)  # names its app: nothing left to purge, nothing else touched
+    assert types(env, app_id) == ["UserMessage"]

@@ -42,7 +42,7 @@ import json
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeGuard, TypeVar, Union
@@ -66,7 +66,7 @@ from memstore.core.rows import (
 from memstore.core.summary import is_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import ConfigurationError, UnknownToolCallError
-from memstore.messages import AiMessage, Message, SystemMessage, ToolResult
+from memstore.messages import AiMessage, Message, SystemMessage, ToolRequest, ToolResult
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
@@ -126,6 +126,20 @@ __all__ = [
     "opaque",
     "resolve_results",
 ]
+
+
+def distinct_requests(requests: Iterable[ToolRequest]) -> list[ToolRequest]:
+    """The requests with the first of each call id: parallel calls that share an id (some
+    OpenAI-compatible servers send ``call_0`` for each) cannot all be answered by id, so an
+    adapter keeps the others in its metadata copy only (the framework's message still comes
+    back whole)."""
+    seen: set[str] = set()
+    out: list[ToolRequest] = []
+    for request in requests:
+        if request.id not in seen:
+            seen.add(request.id)
+            out.append(request)
+    return out
 
 
 # -- opaque rows -----------------------------------------------------------------------------------

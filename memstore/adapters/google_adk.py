@@ -76,7 +76,13 @@ try:
 except ImportError as error:
     raise missing_extra(__name__, "google-adk", error) from error
 
-from memstore.adapters._history import Store, StoreAccess, insert_messages, opaque
+from memstore.adapters._history import (
+    Store,
+    StoreAccess,
+    distinct_requests,
+    insert_messages,
+    opaque,
+)
 from memstore.core.inputs import normalize_user_id
 from memstore.core.metadata import thaw
 from memstore.core.reasoning import GOOGLE, THOUGHT, THOUGHT_SIGNATURE
@@ -184,14 +190,14 @@ def event_to_messages(event: Event) -> list[Message]:
         (i, p.function_response) for i, p in enumerate(live) if p.function_response is not None
     ]
     if calls and all(call.id and call.name for _, call in calls):
-        requests = [
+        requests = distinct_requests(
             ToolRequest(
                 id=call.id or "",
                 name=call.name or "",
                 arguments=_canonical(_dumped(parts, index, "function_call", "args") or {}),
             )
             for index, call in calls
-        ]
+        )
         return [
             AiMessage(
                 text="".join(texts) or None,
@@ -201,17 +207,28 @@ def event_to_messages(event: Event) -> list[Message]:
             )
         ]
     if responses and all(response.id and response.name for _, response in responses):
-        rows: list[Message] = []
+        # one row per call id: a response repeating an id (parallel calls that share one)
+        # rides in the first one's parts, so the event still comes back whole
+        carried: dict[str, list[int]] = {}
+        firsts: list[tuple[int, Any]] = []
+        for index, response in responses:
+            if response.id in carried:
+                carried[response.id or ""].append(index)
+            else:
+                carried[response.id or ""] = []
+                firsts.append((index, response))
         others = [i for i in every if i not in {index for index, _ in responses}]
-        for n, (index, response) in enumerate(responses):
+        rows: list[Message] = []
+        for n, (index, response) in enumerate(firsts):
             body = _dumped(parts, index, "function_response", "response") or {}
+            own = [index, *carried[response.id or ""], *(others if n == 0 else [])]
             rows.append(
                 ToolResult(
                     id=response.id or "",
                     tool_name=response.name or "",
                     text=_canonical(body),
                     is_error="error" in body,
-                    metadata=meta([index, *others] if n == 0 else [index]),
+                    metadata=meta(sorted(own)),
                 )
             )
         return rows

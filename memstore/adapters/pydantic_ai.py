@@ -94,6 +94,7 @@ from memstore.adapters._history import (
     Store,
     StoreAccess,
     _newest_rows,
+    distinct_requests,
     insert_messages,
     opaque,
 )
@@ -251,11 +252,11 @@ def _reasoning(message: ModelResponse, calls: list[ToolRequest]) -> list[Reasoni
 
 def _response_row(message: ModelResponse, meta: Callable[[list[int]], dict[str, Any]]) -> Message:
     texts = [part.content for part in message.parts if isinstance(part, TextPart)]
-    calls = [
+    calls = distinct_requests(
         ToolRequest(id=part.tool_call_id, name=part.tool_name, arguments=_arguments(part))
         for part in message.parts
         if isinstance(part, ToolCallPart) and part.part_kind == "tool-call"
-    ]
+    )
     every = meta(list(range(len(message.parts))))
     text = "".join(texts) if texts else None
     if calls or text:

@@ -443,3 +443,41 @@ def test_a_tool_response_holding_datetimes_decimals_and_bytes_is_stored(env: Ada
         }
 
     env.run(scenario())
+
+
+def test_parallel_calls_sharing_one_call_id_are_kept(env: AdapterEnv) -> None:
+    """Some OpenAI-compatible servers send ``call_0`` for every parallel call: the events are
+    stored and come back as they were (memstore's window answers the first by id)."""
+
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        calls = [
+            types.Part(function_call=types.FunctionCall(id="call_0", name="add", args={"a": n}))
+            for n in (1, 2)
+        ]
+        answers = [
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id="call_0", name="add", response={"result": n}
+                )
+            )
+            for n in (1, 2)
+        ]
+        events = [
+            Event(
+                author="calc", invocation_id="i", content=types.Content(role="model", parts=calls)
+            ),
+            Event(
+                author="calc", invocation_id="i", content=types.Content(role="user", parts=answers)
+            ),
+        ]
+        for event in events:
+            await service.append_event(session, event)
+        stored = await service_of(env).get_session(
+            app_name=APP, user_id=USER, session_id=session.id
+        )
+        assert stored is not None
+        assert [e.model_dump() for e in stored.events] == [e.model_dump() for e in events]
+
+    env.run(scenario())

@@ -175,3 +175,15 @@ def test_thinking_only_response_is_still_an_opaque_row() -> None:
     response = ModelResponse(parts=[ANTHROPIC_PARTS[0]], model_name="scripted")
     (row,) = entry_to_messages(ConversationEntry(id="e1", parent_id=None, message=response))
     assert not isinstance(row, AiMessage)
+
+
+def test_parallel_calls_sharing_one_call_id_make_a_valid_row() -> None:
+    response = ModelResponse(
+        parts=[
+            ToolCallPart("add", {"a": 1}, tool_call_id="call_0"),
+            ToolCallPart("add", {"a": 2}, tool_call_id="call_0"),
+        ],
+        model_name="scripted",
+    )
+    (row,) = entry_to_messages(ConversationEntry(id="e1", parent_id=None, message=response))
+    assert isinstance(row, AiMessage) and [r.id for r in row.tool_requests] == ["call_0"]

@@ -21,9 +21,9 @@ Each session's events are rows of the original history under an app id of their 
 Every row carries its event (all fields but the content parts) and its own parts in
 ``metadata["google_adk"]``, so ``get_session`` returns events equal to the appended ones.
 
-``get_session(config=GetSessionConfig(num_recent_events=n))`` returns the events of the
-edge-checked window of about ``n`` rows (memstore's loader): it never starts inside a function
-call / response pair, so it may hold more than ``n`` events. A call whose response was never
+``get_session(config=GetSessionConfig(num_recent_events=n))`` returns the latest ``n`` events
+of the edge-checked window (memstore's loader, widened until it holds ``n`` events): it never
+starts inside a function call / response pair, so it may hold more than ``n`` events. A call whose response was never
 stored (a run killed mid-tool) is answered by a synthetic error response event (author and
 invocation of the call), except calls the event marks long-running, which ADK resumes itself.
 ``after_timestamp`` is applied to the events of that window.
@@ -83,7 +83,7 @@ from memstore.adapters._history import (
     insert_messages,
     opaque,
 )
-from memstore.core.inputs import normalize_user_id
+from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_user_id
 from memstore.core.metadata import thaw
 from memstore.core.reasoning import GOOGLE, THOUGHT, THOUGHT_SIGNATURE
 from memstore.core.window import is_synthetic, select_window
@@ -237,6 +237,27 @@ def event_to_messages(event: Event) -> list[Message]:
             return [UserMessage(text="".join(texts), metadata=meta(every))]
         return [AiMessage(text="".join(texts), reasoning=_thoughts(live), metadata=meta(every))]
     return [opaque(meta(every))]
+
+
+def _latest_events(events: list[Event], count: int) -> list[Event]:
+    """The latest ``count`` events, reaching back as far as needed so that no function
+    response comes without the event of its call (as the window never starts inside a
+    call / response pair)."""
+    start = max(0, len(events) - count)
+    while start > 0:
+        called = {
+            call.id for event in events[start:] for call in event.get_function_calls() if call.id
+        }
+        answered = {
+            response.id
+            for event in events[start:]
+            for response in event.get_function_responses()
+            if response.id
+        }
+        if answered <= called:
+            break
+        start -= 1
+    return events[start:]
 
 
 @dataclass
@@ -518,10 +539,18 @@ class MemstoreSessionService(BaseSessionService):
         if recent == 0:
             return []
         store = self._sync()
-        if recent is not None:
-            return messages_to_events(store.load_window(app_id, recent, start_at_user=False))
-        rows = self._access.all_rows(app_id)
-        return messages_to_events(select_window(rows, _WHOLE).messages)
+        if recent is None:
+            rows = self._access.all_rows(app_id)
+            return messages_to_events(select_window(rows, _WHOLE).messages)
+        # A window counts rows and an event may be several (a 3-call event is 1 AI row and
+        # 3 results): widen until it holds ``recent`` events or the whole history.
+        size = recent
+        while True:
+            window = store.load_window(app_id, size, start_at_user=False)
+            events = messages_to_events(window)
+            if len(events) >= recent or len(window) < size or size >= MAX_WINDOW_MESSAGES:
+                return _latest_events(events, recent)
+            size = min(size * 2, MAX_WINDOW_MESSAGES)
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None

@@ -177,6 +177,11 @@ def test_every_num_recent_events_is_a_paired_window(env: AdapterEnv) -> None:
             assert window is not None
             assert_paired(window.events)
             assert window.events == whole.events[len(whole.events) - len(window.events) :]
+            # at least n events (ADK counts events; a 2-response event is 2 memstore rows),
+            # more only to keep a call with its response
+            assert len(window.events) >= min(n, len(whole.events))
+            if len(window.events) > n:
+                assert window.events[0].get_function_calls()
             for event in window.events:
                 assert event == stored[event.id]  # the stored responses, not synthesized
             if n:

@@ -23,9 +23,10 @@ Every row carries its event (all fields but the content parts) and its own parts
 
 ``get_session(config=GetSessionConfig(num_recent_events=n))`` returns the latest ``n`` events
 of the edge-checked window (memstore's loader, widened until it holds ``n`` events): it never
-starts inside a function call / response pair, so it may hold more than ``n`` events. A call whose response was never
-stored (a run killed mid-tool) is answered by a synthetic error response event (author and
-invocation of the call), except calls the event marks long-running, which ADK resumes itself.
+starts inside a function call / response pair, so it may hold more than ``n`` events. A call
+whose response was never stored (a run killed mid-tool) is answered by a synthetic error
+response event (author and invocation of the call), except calls the event marks
+long-running, which ADK resumes itself.
 ``after_timestamp`` is applied to the events of that window.
 
 State lives in memstore's ``adk_state`` table (migration 0004): app state, user state and
@@ -334,39 +335,54 @@ def _state_of(conn: Connection, scope: str, *key: str) -> dict[str, Any]:
 
 
 def _merge_state(conn: Connection, scope: str, delta: dict[str, Any], *key: str) -> None:
-    """Apply ``delta`` to the app or user state row (created when missing)."""
-    now = datetime.now(timezone.utc)
-    row = conn.execute(
-        sa.select(adk_state.c.state, adk_state.c.revision).where(_key(scope, *key))
-    ).first()
-    if row is None:
-        try:
-            with conn.begin_nested():
-                conn.execute(
-                    adk_state.insert().values(
-                        scope=scope,
-                        app_name=key[0],
-                        user_id=key[1] if len(key) > 1 else "",
-                        session_id="",
-                        state=json.dumps(delta),
-                        revision=1,
-                        updated_at=now,
-                    )
-                )
-            return
-        except IntegrityError:  # created concurrently: merge into it
-            row = conn.execute(
-                sa.select(adk_state.c.state, adk_state.c.revision).where(_key(scope, *key))
-            ).first()
-            assert row is not None
+    """Apply ``delta`` to the app or user state row (created when missing).
+
+    The row is first made to exist (an insert that does nothing when it is there), then read
+    with a row lock (``FOR UPDATE``; SQLite's write lock serializes anyway), so concurrent
+    appends in one app or for one user merge one after the other and no key is lost. Creating
+    the row before locking it takes one lock per row, in one order: no gap locks, no
+    shared-to-exclusive upgrade, so no deadlock between concurrent first writers (InnoDB)."""
     if not delta:
-        return
+        return  # nothing to merge: no row, no lock
+    now = datetime.now(timezone.utc)
+    conn.execute(_create_if_missing(conn, scope, now, *key))
+    row = conn.execute(
+        sa.select(adk_state.c.state, adk_state.c.revision)
+        .where(_key(scope, *key))
+        .with_for_update()
+    ).one()
     merged = {**json.loads(row.state), **delta}
     conn.execute(
         adk_state.update()
         .where(_key(scope, *key))
         .values(state=json.dumps(merged), revision=row.revision + 1, updated_at=now)
     )
+
+
+def _create_if_missing(conn: Connection, scope: str, now: datetime, *key: str) -> Any:
+    """An insert of the empty state row that does nothing when the row exists."""
+    values = {
+        "scope": scope,
+        "app_name": key[0],
+        "user_id": key[1] if len(key) > 1 else "",
+        "session_id": "",
+        "state": "{}",
+        "revision": 0,
+        "updated_at": now,
+    }
+    if conn.dialect.name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        statement = mysql.insert(adk_state).values(values)
+        # a no-op update: it takes the row's exclusive lock, as the locking read would
+        return statement.on_duplicate_key_update(revision=adk_state.c.revision)
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(adk_state).values(values).on_conflict_do_nothing()
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(adk_state).values(values).on_conflict_do_nothing()
 
 
 def _stamp(value: datetime) -> float:

@@ -486,3 +486,36 @@ def test_parallel_calls_sharing_one_call_id_are_kept(env: AdapterEnv) -> None:
         assert [e.model_dump() for e in stored.events] == [e.model_dump() for e in events]
 
     env.run(scenario())
+
+
+def test_concurrent_appends_keep_every_app_and_user_state_key(env: AdapterEnv) -> None:
+    """16 sessions of one new app and user are created (with state) and appended to at once,
+    each with its own app: and user: keys: every key is kept (the state rows are created
+    without a race and merged under a row lock)."""
+    if env.db == "sqlite" and env.flavor == "async":
+        pytest.skip("one writer at a time on SQLite: the sync run covers it")
+    from concurrent.futures import ThreadPoolExecutor
+
+    app = f"conc-{uuid.uuid4().hex[:6]}"
+
+    async def one(n: int) -> None:
+        service = service_of(env)
+        session = await service.create_session(
+            app_name=app, user_id=USER, state={f"app:c{n}": n, f"user:c{n}": n}
+        )
+        delta = {f"app:k{n}": n, f"user:k{n}": n, f"own{n}": n}
+        event = Event(author="calc", invocation_id=f"i{n}", actions=EventActions(state_delta=delta))
+        await service.append_event(session, event)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda n: asyncio.run(one(n)), range(16)))
+
+    async def check() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=app, user_id=USER)
+        for scope in ("app", "user"):
+            assert {k for k in session.state if k.startswith(f"{scope}:")} == {
+                f"{scope}:{kind}{n}" for n in range(16) for kind in ("c", "k")
+            }
+
+    env.run(check())

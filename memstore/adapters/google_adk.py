@@ -86,6 +86,7 @@ from memstore.adapters._history import (
 )
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_user_id
 from memstore.core.metadata import thaw
+from memstore.core.plans import plan_write
 from memstore.core.reasoning import GOOGLE, THOUGHT, THOUGHT_SIGNATURE
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError, UnknownToolCallError
@@ -709,12 +710,24 @@ class MemstoreSessionService(BaseSessionService):
         """Append a content-free copy to the state service (its stale check and state), then
         the event's rows to memstore."""
         assert self.state_service is not None
+        app_id = history_app_id(session.app_name, session.user_id, session.id)
+        batch = event_to_messages(event)
+        settings = self._access.store.settings
+        # what memstore would refuse is refused before the state service applies anything
+        plan_write(
+            app_id,
+            _user(session.user_id),
+            batch,
+            [],
+            now=datetime.now(timezone.utc),
+            max_text_bytes=settings.max_text_bytes,
+            max_metadata_bytes=settings.max_metadata_bytes,
+        )
         shadow = event.model_copy(update={"content": None})
         events_before = list(session.events)
         await self.state_service.append_event(session, shadow)
         session.events = events_before
-        app_id = history_app_id(session.app_name, session.user_id, session.id)
-        await self._access.aappend(app_id, event_to_messages(event), _user(session.user_id))
+        await self._access.aappend(app_id, batch, _user(session.user_id))
         session.events.append(event)
         return event
 

@@ -329,6 +329,29 @@ def test_a_wrapped_state_service_keeps_the_state(env: AdapterEnv) -> None:
     env.run(scenario())
 
 
+def test_an_event_memstore_refuses_leaves_the_state_service_untouched(env: AdapterEnv) -> None:
+    from memstore.errors import MessageTooLargeError
+
+    async def scenario() -> None:
+        states = InMemorySessionService()
+        service = service_of(env, state_service=states)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        too_big = "x" * (env.sync_store().settings.max_text_bytes + 1)
+        event = Event(
+            author="user",
+            invocation_id="i-big",
+            content=text(too_big),
+            actions=EventActions(state_delta={"app:seen": True, "mine": 1}),
+        )
+        with pytest.raises(MessageTooLargeError):
+            await service.append_event(session, event)
+        inner = await states.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert inner is not None and inner.events == []
+        assert "mine" not in inner.state and "app:seen" not in inner.state
+
+    env.run(scenario())
+
+
 def count(env: AdapterEnv, table: sa.Table, column: sa.Column[Any], value: str) -> int:
     with env.sync_store().engine.connect() as conn:
         query = sa.select(sa.func.count()).select_from(table).where(column == value)

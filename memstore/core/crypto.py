@@ -61,7 +61,11 @@ class EncryptionKey:
         if not KEY_ID_PATTERN.fullmatch(self.key_id):
             raise ValueError("a key id is 1 to 32 characters of A-Z a-z 0-9 _ . -")
         if len(self.key) != KEY_BYTES:
-            raise ValueError(f"key {self.key_id!r} is not {KEY_BYTES} bytes (256 bits)")
+            got = "empty" if not self.key else f"{len(self.key)} bytes"
+            raise ValueError(
+                f"key {self.key_id!r} is {got}; a key is {KEY_BYTES} random bytes (256 bits) "
+                "in standard base64 (`memstore.core.crypto.new_key()` makes one)"
+            )
 
 
 def parse_keys(value: object) -> tuple[EncryptionKey, ...]:

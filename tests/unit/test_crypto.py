@@ -182,3 +182,13 @@ def test_missing_cryptography_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) 
         cipher(f"k1:{K1}")
     assert raised.value.extra == "crypto" and "memstore[crypto]" in str(raised.value)
     assert not RowCipher().enabled  # no keys: cryptography is never imported
+
+
+@pytest.mark.parametrize(("spec", "words"), [("k2:", "is empty"), ("k2:QUJD", "is 3 bytes")])
+def test_a_key_of_the_wrong_size_says_what_it_got_and_what_is_needed(
+    spec: str, words: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Settings(encryption_keys=spec)
+    assert words in str(caught.value) and "32 random bytes" in str(caught.value)
+    assert "QUJD" not in str(caught.value)  # never key material

@@ -418,7 +418,7 @@ class StoreBase:
         if cache is None:
             cache_check = health.timed_out(timeout)
         elif isinstance(cache, BaseException):
-            cache_check = health.failed(health.error_reason(cache))
+            cache_check = health.failed(health.cache_reason(cache))
         else:
             cache_check = cache
         checks = (db_check, schema, cache_check, lease)

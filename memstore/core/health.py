@@ -43,6 +43,28 @@ def error_reason(error: BaseException, kind: str | None = None) -> str:
     return kind or type(error).__name__
 
 
+_REDIS_CAUSES = (
+    ("DB index is out of range", "the database index in the Redis URL is out of range"),
+    ("NOAUTH", "Redis wants a password (NOAUTH): add it to the Redis URL"),
+    ("WRONGPASS", "Redis refused the user name or password (WRONGPASS)"),
+    ("invalid password", "Redis refused the password"),
+    ("NOPERM", "the Redis user may not run this command (NOPERM)"),
+    ("LOADING", "Redis is loading its dataset (LOADING): try again shortly"),
+    ("MASTERDOWN", "the Redis replica has no master (MASTERDOWN)"),
+)
+
+
+def cache_reason(error: BaseException) -> str:
+    """A Redis probe's failure named by its cause where the server's reply says it (a
+    database index out of range, a missing or wrong password, a missing permission), else by
+    its class. Only those fixed replies are read: a probe (``PING``) carries no data."""
+    text = str(error)
+    for marker, cause in _REDIS_CAUSES:
+        if marker in text:
+            return f"{cause} ({type(error).__name__})"
+    return type(error).__name__
+
+
 def timed_out(seconds: float) -> HealthCheck:
     return failed(f"no answer within {seconds:g}s")
 

@@ -74,6 +74,23 @@ def test_healthy_with_redis_then_not_ready_when_redis_dies(
     assert private_redis.url not in str(report.model_dump())  # no URL in a reason
 
 
+@pytest.mark.parametrize(
+    ("path", "cause"),
+    [("/99", "database index in the Redis URL is out of range")],
+)
+def test_a_redis_refusal_is_named_by_its_cause(
+    flavor: str, sqlite_url: str, private_redis: RedisServer, path: str, cause: str
+) -> None:
+    settings = Settings(
+        database_url=sqlite_url,
+        redis_url=private_redis.url.rsplit("/", 1)[0] + path,
+        redis_timeout_seconds=REDIS_TIMEOUT,
+    )
+    report = health(flavor, settings)
+    assert report.cache.status == "failed" and report.cache.detail is not None
+    assert cause in report.cache.detail, report.cache.detail
+
+
 def test_a_frozen_redis_fails_within_the_socket_timeout(
     flavor: str, sqlite_url: str, private_redis: RedisServer
 ) -> None:

@@ -453,7 +453,10 @@ def reload(
             _summary(totals, as_json)
             raise SystemExit(EXIT_FINDINGS) from None
         if as_json:
-            _emit_json({"reports": reports, "summary": totals, "skipped": skipped.json()})
+            document: dict[str, Any] = {"summary": totals, "skipped": skipped.json()}
+            if not all_apps:  # --all reports the summary only (one report per app is a lot)
+                document = {"reports": reports, **document}
+            _emit_json(document)
         else:
             for done in reports:
                 click.echo(

@@ -369,7 +369,9 @@ def test_bulk_commands_skip_an_app_they_cannot_handle_and_go_on(tmp_path: Path) 
         assert code == 1, args
         assert "skipped 1 app(s)" in err and "InvalidAppIdError" in err, args
     code, out, _ = run(url, "reload", "--all", "--json")
-    assert json.loads(out)["summary"]["apps"] == 1
+    document = json.loads(out)
+    assert document["summary"]["apps"] == 1 and "reports" not in document
+    assert document["skipped"] == [{"app_id": "", "error": document["skipped"][0]["error"]}]
 
 
 def test_show_takes_one_view(seeded: MemoryStore, db_url: str, app_id: str) -> None:

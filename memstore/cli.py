@@ -6,9 +6,12 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -430,7 +433,7 @@ def reload(
         reports: list[dict[str, Any]] = []
         skipped = Skipped()
         try:
-            with operations.bulk_collection():
+            with _signals_stop_cleanly(), operations.bulk_collection():
                 walk = _walk(store, apps, "reloading", skipped)
                 reloaded = (
                     operations.reload_apps(store, walk, max_messages)
@@ -448,10 +451,10 @@ def reload(
                         "orphans_skipped",
                     ):
                         totals[key] += getattr(report, key)
-        except KeyboardInterrupt:
-            click.echo(f"interrupted after {totals['apps']} apps", err=True)
+        except KeyboardInterrupt as error:
+            stopped = _stopped(error, f"after {totals['apps']} apps")
             _summary(totals, as_json)
-            raise SystemExit(EXIT_FINDINGS) from None
+            raise stopped from None
         if as_json:
             document: dict[str, Any] = {"summary": totals, "skipped": skipped.json()}
             if not all_apps:  # --all reports the summary only (one report per app is a lot)
@@ -468,6 +471,45 @@ def reload(
                 )
             _summary(totals, False)
         skipped.finish()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a long command: it stops as on Ctrl-C (worker processes
+    ended, what was done reported), then exits with ``128 + signal``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_stop_cleanly() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``timeout``, ``kill``, systemd, Kubernetes) raise
+    :class:`Terminated` in the main thread for the block, so the Ctrl-C path runs instead of
+    the process dying with its workers left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    wanted = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {signum: signal.signal(signum, stop) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stopped(error: KeyboardInterrupt, done: str) -> SystemExit:
+    """How a long command ends after Ctrl-C or a termination signal."""
+    if isinstance(error, Terminated):
+        click.echo(f"terminated by {signal.Signals(error.signum).name} {done}", err=True)
+        return SystemExit(128 + error.signum)
+    click.echo(f"interrupted {done}", err=True)
+    return SystemExit(EXIT_FINDINGS)
 
 
 def _summary(totals: dict[str, int], as_json: bool) -> None:

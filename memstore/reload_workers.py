@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.util
+import os
 import signal
+import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sized
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -69,6 +72,9 @@ def reload_in_workers(
     stored; the windows of the apps not reported are kept or dropped (then rebuilt on their
     next read).
 
+    A worker ends itself within about a second once this process is gone (killed, crashed),
+    so none is left holding connections and pipes.
+
     The workers are started with ``spawn``, which imports the calling program's main module
     again in each of them: in a script, call this under ``if __name__ == "__main__":``.
     """
@@ -97,7 +103,7 @@ def _reports(
 ) -> Iterator[ReloadReport]:
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_start_worker, initargs=(settings,)
+        workers, mp_context=context, initializer=_start_worker, initargs=(settings, os.getpid())
     ) as pool:
         pending: deque[Future[list[ReloadReport]]] = deque()
         try:
@@ -120,14 +126,30 @@ def _reports(
                 future.cancel()
 
 
-def _start_worker(settings: Settings) -> None:
+PARENT_POLL_SECONDS = 0.5
+"""How often a worker checks that the process that started it is still there."""
+
+
+def _start_worker(settings: Settings, parent: int) -> None:
     """In each worker process: Ctrl-C is the parent's to handle (it stops handing out chunks
     and lets the running ones finish) and the collector is set for a bulk run. The store is
-    opened by the first chunk, so an error opening it reaches the parent with its type."""
+    opened by the first chunk, so an error opening it reaches the parent with its type. A
+    watchdog ends the worker when its parent is gone (SIGKILL, a crash), so no worker is left
+    holding connections and pipes after it."""
     global _settings
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     bulk_collection().__enter__()  # for the process's whole life: it does nothing else
     _settings = settings
+    # ``parent`` comes from the parent itself: it may have ended before this ran
+    threading.Thread(
+        target=_exit_with_parent, args=(parent,), name="memstore-parent-watch", daemon=True
+    ).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:  # reparented once the parent process ended
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
 
 
 def _worker_store() -> MemoryStore:

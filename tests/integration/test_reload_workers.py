@@ -10,6 +10,7 @@ import os
 import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -161,3 +162,107 @@ def test_app_ids_are_normalized_and_a_bad_one_is_a_typed_error(tmp_path: Path) -
     assert [(r.app_id, r.messages) for r in reports] == [("42", 1), ("42", 1)]
     with pytest.raises(InvalidAppIdError):
         list(reload_in_workers(settings, ["42", "bad\x00id"], workers=2, chunk_apps=1))
+
+
+def _children(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _reload_all_in_workers(tmp_path: Path) -> tuple[Any, set[int]]:
+    """``memstore reload --all --workers 2`` as a subprocess on a SQLite file with enough apps
+    to keep its workers busy; returns it with its worker processes, once they run."""
+    import subprocess
+    import sys
+    import time
+
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    store = MemoryStore(Settings(database_url=url))
+    store.migrate()
+    for n in range(3000):
+        store.append(f"app-{n:05d}", [UserMessage(text=f"m{n}-{i}") for i in range(30)])
+    store.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memstore",
+            "reload",
+            "--all",
+            "--workers",
+            "2",
+            "--max",
+            "30",
+            "--database-url",
+            url,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.1)
+        workers = {pid for pid in _children(process.pid) if "spawn_main" in _cmdline(pid)}
+        if process.poll() is not None:
+            _, err = process.communicate()
+            raise AssertionError(f"reload ended early: {err}")
+    assert len(workers) == 2, "the workers did not start"
+    return process, workers | _children(process.pid)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_ends_the_command_and_every_worker(tmp_path: Path, signum: int) -> None:
+    import time
+
+    process, helpers = _reload_all_in_workers(tmp_path)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum, err
+    assert f"terminated by {signal.Signals(signum).name}" in err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in helpers):
+        time.sleep(0.1)
+    assert not [pid for pid in helpers if _alive(pid)], "a worker or the resource tracker lived on"
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
+    import time
+
+    process, helpers = _reload_all_in_workers(tmp_path)
+    process.kill()  # SIGKILL: no handler runs in the parent
+    process.communicate(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in helpers):
+        time.sleep(0.1)
+    assert not [pid for pid in helpers if _alive(pid)], "a worker outlived its parent"

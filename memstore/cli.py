@@ -1005,6 +1005,7 @@ def prune(
 
 @cli.command("export")
 @click.argument("app_ids", nargs=-1)
+@click.option("--all", "all_apps", is_flag=True, help="Every app with history.")
 @click.option("--user-id", default=None, help="Every row written for this user instead.")
 @click.option(
     "--format",
@@ -1025,6 +1026,7 @@ def prune(
 @redis_option
 def export_command(
     app_ids: tuple[str, ...],
+    all_apps: bool,
     user_id: str | None,
     fmt: str,
     output: str,
@@ -1032,38 +1034,61 @@ def export_command(
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
-    """Write every message of APP_IDs (or --user-id) as JSON Lines: both histories and the
-    loop guard's records, ids and timestamps kept (`memstore import` reads it back)."""
-    if bool(app_ids) == (user_id is not None):
-        raise click.UsageError("give APP_IDs or --user-id (one of them)")
+    """Write every message of APP_IDs (or --all, or --user-id) as JSON Lines: both histories
+    and the loop guard's records, ids and timestamps kept (`memstore import` reads it back)."""
+    if [bool(app_ids), all_apps, user_id is not None].count(True) != 1:
+        raise click.UsageError("give APP_IDs, --all or --user-id (one of them)")
     if fmt != "jsonl" and user_id is not None:
-        raise click.UsageError(f"--format {fmt} exports whole apps: give APP_IDs")
+        raise click.UsageError(f"--format {fmt} exports whole apps: give APP_IDs or --all")
     with _open(database_url, redis_url) as store:
-        if app_ids:  # before the output file is created
-            _require_known(store, [normalize_app_id(a) for a in app_ids], missing_ok)
+        apps = [normalize_app_id(a) for a in app_ids] if app_ids else None
+        if apps:  # before the output file is created
+            _require_known(store, apps, missing_ok)
+        if all_apps:
+            apps = list(admin.iter_app_ids(store.engine))
         with click.open_file(output, "w", encoding="utf-8") as out:
-            written = _export_records(store, out, app_ids, user_id, fmt)
+            written = _export_records(store, out, apps, user_id, fmt)
     click.echo(f"exported {written} records", err=True)
 
 
 def _export_records(
-    store: MemoryStore, out: Any, app_ids: tuple[str, ...], user_id: str | None, fmt: str
+    store: MemoryStore, out: Any, apps: list[str] | None, user_id: str | None, fmt: str
 ) -> int:
-    """Write the export's lines to ``out``; return how many."""
+    """Write the export's lines to ``out`` (a progress bar over the apps on a terminal's
+    stderr); return how many."""
     written = 0
-    if fmt == "jsonl":
-        for record in store.export(app_ids or None, user_id):
+    if fmt == "jsonl" and apps is None:  # --user-id
+        for record in store.export(None, user_id):
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             written += 1
         return written
-    for app in (normalize_app_id(a) for a in app_ids):
-        rows = admin.counts_for(store.engine, app_id=app).original_rows
-        # the whole history: every original message, no compaction summary
-        messages = store.load_window(app, max(1, rows), summaries=False)
-        line = {"app_id": app, "format": fmt, "conversation": _provider_format(messages, fmt)}
-        out.write(json.dumps(line, ensure_ascii=False) + "\n")
-        written += 1
+    assert apps is not None
+    with click.progressbar(length=len(apps), label="exporting", file=sys.stderr) as bar:
+        if fmt == "jsonl":
+            current = None
+            for record in store.export(apps):
+                app = record.get("app_id")
+                if app is not None and app != current:
+                    if current is not None:
+                        bar.update(1)
+                    current = app
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += 1
+            return written
+        for app in apps:
+            written += _export_conversation(store, out, app, fmt)
+            bar.update(1)
     return written
+
+
+def _export_conversation(store: MemoryStore, out: Any, app: str, fmt: str) -> int:
+    """One app's whole history as one provider-format line; returns 1."""
+    rows = admin.counts_for(store.engine, app_id=app).original_rows
+    # the whole history: every original message, no compaction summary
+    messages = store.load_window(app, max(1, rows), summaries=False)
+    line = {"app_id": app, "format": fmt, "conversation": _provider_format(messages, fmt)}
+    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return 1
 
 
 @cli.command("import")

@@ -92,3 +92,19 @@ def test_export_by_user_and_in_a_provider_format(tmp_path: Path) -> None:
     assert invoke(url, "export", "--user-id", "v", "--format", "openai")[0] == 2
     assert invoke(url, "export")[0] == 2
     store.close()
+
+
+def test_export_all_writes_every_app_and_usage_is_one_scope(tmp_path: Path) -> None:
+    url, store = make(tmp_path, "all")
+    for app in ("a-1", "a-2", "a-3"):
+        store.append(app, [UserMessage(text=f"hello {app}")])
+    out_file = tmp_path / "all.jsonl"
+    code, _, err, _ = invoke(url, "export", "--all", "--output", str(out_file))
+    assert code == 0 and "exported" in err
+    records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert {r["app_id"] for r in records if "app_id" in r} == {"a-1", "a-2", "a-3"}
+    code, out, _, _ = invoke(url, "export", "--all", "--format", "openai")
+    assert code == 0 and len(out.splitlines()) == 3
+    for bad in (["export", "--all", "a-1"], ["export", "--all", "--user-id", "u"], ["export"]):
+        code, _, _, _ = invoke(url, *bad)
+        assert code == 2, bad

@@ -198,7 +198,7 @@ def _reload_all_in_workers(tmp_path: Path) -> tuple[Any, set[int]]:
     url = f"sqlite:///{tmp_path / 'many.db'}"
     store = MemoryStore(Settings(database_url=url))
     store.migrate()
-    for n in range(3000):
+    for n in range(6000):  # seconds of work for two workers, so the signal finds them busy
         store.append(f"app-{n:05d}", [UserMessage(text=f"m{n}-{i}") for i in range(30)])
     store.close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}

@@ -399,6 +399,7 @@ def _show_executions(store: MemoryStore, app_id: str, limit: int, fmt: str) -> N
     help="Processes rebuilding windows side by side (about one per free core).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@missing_ok_option
 @database_option
 @redis_option
 def reload(
@@ -407,6 +408,7 @@ def reload(
     max_messages: int | None,
     workers: int,
     as_json: bool,
+    missing_ok: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -419,6 +421,7 @@ def reload(
     """
     apps = _apps(app_ids, all_apps)
     with _open(database_url, redis_url) as store:
+        _require_known(store, apps, missing_ok)
         if not store.settings.redis_url:
             click.echo(
                 "note: no Redis URL; windows are rebuilt and checked but not cached", err=True
@@ -606,6 +609,7 @@ def _print_check(result: operations.CheckResult) -> None:
 @click.option("--dry-run", is_flag=True, help="Only print what would be deleted.")
 @click.option("--yes", is_flag=True, help="Do not ask; required without a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@missing_ok_option
 @database_option
 @redis_option
 def purge(
@@ -614,6 +618,7 @@ def purge(
     dry_run: bool,
     yes: bool,
     as_json: bool,
+    missing_ok: bool,
     database_url: str | None,
     redis_url: str | None,
 ) -> None:
@@ -625,10 +630,9 @@ def purge(
             user = normalize_app_id(user_id, what="user_id")
             targets = [("user", user, admin.counts_for(store.engine, user_id=user))]
         else:
-            targets = [
-                ("app", app, admin.counts_for(store.engine, app_id=app))
-                for app in (normalize_app_id(a) for a in app_ids)
-            ]
+            named = [normalize_app_id(a) for a in app_ids]
+            _require_known(store, named, missing_ok)
+            targets = [("app", app, admin.counts_for(store.engine, app_id=app)) for app in named]
         for kind, target, counts in targets:
             click.echo(
                 f"{kind} {target!r}: {counts.original_rows} original rows, "
@@ -1288,12 +1292,14 @@ def _import_sessions(
 )
 @click.option("--dry-run", is_flag=True, help="Only count the values that would be sealed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@missing_ok_option
 @database_option
 def rekey(
     app_ids: tuple[str, ...],
     batch_size: int,
     dry_run: bool,
     as_json: bool,
+    missing_ok: bool,
     database_url: str | None,
 ) -> None:
     """Seal every stored text that is plaintext or under an older key with the first key of
@@ -1307,7 +1313,8 @@ def rekey(
             raise click.UsageError("set MEMSTORE_ENCRYPTION_KEYS first (the first key seals)")
         from memstore.sql.rekey import count_stale
 
-        apps = list(app_ids) or None
+        apps = [normalize_app_id(a) for a in app_ids] or None
+        _require_known(store, apps, missing_ok)
         total = count_stale(store.engine, store.cipher, apps)
         key_id = store.cipher.current_key_id
         click.echo(

@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import click
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -138,8 +139,9 @@ def test_purge_refuses_without_terminal_and_dry_run_changes_nothing(
 def test_purge_yes_removes_rows_and_keys_only_for_that_app(
     seeded: MemoryStore, db_url: str, app_id: str
 ) -> None:
-    for pattern in ["*", "%", app_id[:-1] + "%"]:
-        assert run(db_url, "purge", pattern, "--yes")[0] == 0
+    for pattern in ["*", "%", app_id[:-1] + "%"]:  # literal ids: no app has them
+        code, _, err = run(db_url, "purge", pattern, "--yes")
+        assert code == 1 and "no rows for app id(s)" in err
     code, out, _ = run(db_url, "purge", app_id, "--yes", "--json")
     assert code == 0 and json.loads(out) == [
         {"app": app_id, "original_rows": 4, "display_rows": 2, "tool_executions": 0}
@@ -187,7 +189,7 @@ def test_console_script_as_subprocess(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     done = subprocess.run(
-        [*command, "purge", "x"],
+        [*command, "purge", "x", "--missing-ok"],
         env=env,
         capture_output=True,
         text=True,
@@ -402,15 +404,30 @@ def test_a_downgrade_lists_what_it_drops_and_needs_yes(tmp_path: Path) -> None:
     assert run(url, "migrate", "current")[1].strip() == "0005"
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["show", "typo-app"],
-        ["check", "typo-app"],
-        ["export", "typo-app"],
-        ["prune", "typo-app", "--keep-last", "1", "--yes"],
-    ],
-)
+APP_ID_COMMANDS = {
+    "show": ["show", "typo-app"],
+    "reload": ["reload", "typo-app"],
+    "check": ["check", "typo-app"],
+    "purge": ["purge", "typo-app", "--yes"],
+    "prune": ["prune", "typo-app", "--keep-last", "1", "--yes"],
+    "export": ["export", "typo-app"],
+}
+
+
+def test_the_unknown_app_convention_covers_every_command_taking_app_ids() -> None:
+    takes_app_ids = {
+        name
+        for name, command in cli.commands.items()
+        if any(
+            isinstance(param, click.Argument) and param.name in ("app_id", "app_ids")
+            for param in command.params
+        )
+    }
+    assert takes_app_ids == {*APP_ID_COMMANDS, "rekey"}  # rekey: tests/cli/test_rekey_cli.py
+    assert all("missing_ok" in {p.name for p in cli.commands[n].params} for n in takes_app_ids)
+
+
+@pytest.mark.parametrize("args", list(APP_ID_COMMANDS.values()), ids=list(APP_ID_COMMANDS))
 def test_an_unknown_app_id_is_named_and_exits_1(
     seeded: MemoryStore, db_url: str, args: list[str], tmp_path: Path
 ) -> None:

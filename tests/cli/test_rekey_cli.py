@@ -81,3 +81,11 @@ def test_rekey_needs_keys_and_names_a_missing_key(url: str) -> None:
     code, _, err = run(url, f"k2:{K2}")
     assert code != 0
     assert K2 not in err
+
+
+def test_rekey_names_an_unknown_app_id(url: str) -> None:
+    code, _, err = run(url, f"k1:{K1}", "a", "typo-app")
+    assert code == 1 and "no rows for app id(s) 'typo-app'" in err
+    assert not any(v.startswith(ENVELOPE_PREFIX) for v in values(url))  # nothing sealed
+    code, _, err = run(url, f"k1:{K1}", "a", "typo-app", "--missing-ok")
+    assert code == 0, err

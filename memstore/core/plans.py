@@ -159,8 +159,7 @@ def own_text_allowance(message: Message) -> int:
     else:
         texts.append(message.text)
     return sum(
-        len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        for text in texts
+        len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) for text in texts
     )
 
 

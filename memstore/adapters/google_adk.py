@@ -246,19 +246,18 @@ def _latest_events(events: list[Event], count: int) -> list[Event]:
     response comes without the event of its call (as the window never starts inside a
     call / response pair)."""
     start = max(0, len(events) - count)
-    while start > 0:
-        called = {
-            call.id for event in events[start:] for call in event.get_function_calls() if call.id
-        }
-        answered = {
-            response.id
-            for event in events[start:]
-            for response in event.get_function_responses()
-            if response.id
-        }
-        if answered <= called:
-            break
+    called: set[str] = set()
+    answered: set[str] = set()
+
+    def take(event: Event) -> None:
+        called.update(call.id for call in event.get_function_calls() if call.id)
+        answered.update(r.id for r in event.get_function_responses() if r.id)
+
+    for event in events[start:]:
+        take(event)
+    while start > 0 and not answered <= called:
         start -= 1
+        take(events[start])
     return events[start:]
 
 

@@ -9,6 +9,7 @@ from memstore.collector import TurnCollector
 from memstore.config import Settings
 from memstore.errors import (
     ClockMovedBackwardsError,
+    CommitOutcomeUnknownError,
     CompactionConflictError,
     ConfigurationError,
     DecryptionError,
@@ -75,6 +76,7 @@ __all__ = [
     "AsyncMemoryStore",
     "ChatMemory",
     "ClockMovedBackwardsError",
+    "CommitOutcomeUnknownError",
     "CompactionConflictError",
     "CompactionReport",
     "ConfigurationError",

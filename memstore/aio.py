@@ -71,7 +71,12 @@ from memstore.core.staleness import marks_to_clear
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, WindowEntry
-from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
+from memstore.errors import (
+    CommitOutcomeUnknownError,
+    IdCollisionError,
+    StorageError,
+    WorkerLeaseLostError,
+)
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import (
@@ -96,7 +101,13 @@ from memstore.sql.inline_read import InlineSqliteReads
 from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck
 from memstore.sql.schema import display, original
-from memstore.store_base import StoreBase, Summarizer, collecting_skips
+from memstore.store_base import (
+    StoreBase,
+    Summarizer,
+    collecting_skips,
+    retry_probe,
+    still_unknown,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -397,15 +408,34 @@ class AsyncMemoryStore(StoreBase):
         app_id: str | int,
         messages: Iterable[Message | dict[str, Any]],
         user_id: str | None = None,
+        *,
+        retry_of: CommitOutcomeUnknownError | None = None,
     ) -> list[int]:
         """See :meth:`memstore.MemoryStore.append`."""
         app = normalize_app_id(app_id)
         user = normalize_user_id(user_id)
         batch = [parse_message(message) for message in messages]
+        if retry_of is not None and await self._was_committed(app, retry_of, len(batch)):
+            return list(retry_of.ids)
         ids = await self._write(app, user, batch, display_drafts(batch, self._formatters))
         if ids and self._summarizer is not None and self.settings.compact_at_tokens is not None:
             await self._auto_compact(app)
         return ids
+
+    async def _was_committed(
+        self, app_id: str, doubt: CommitOutcomeUnknownError, count: int
+    ) -> bool:
+        """See :meth:`memstore.MemoryStore._was_committed`."""
+        probe = retry_probe(app_id, doubt, count)
+        if probe is None:
+            return False
+        try:
+            written = await self._sql.was_committed(app_id, probe)
+        except StorageError as error:
+            raise still_unknown(doubt) from error
+        if written:
+            await self.memory(app_id).invalidate()
+        return written
 
     async def _auto_compact(self, app_id: str) -> None:
         """See :meth:`memstore.MemoryStore._auto_compact`."""
@@ -516,6 +546,10 @@ class AsyncMemoryStore(StoreBase):
                 )
             except (IdCollisionError, WorkerLeaseLostError) as error:
                 self._retry_write(attempt, error)
+            except CommitOutcomeUnknownError as error:
+                error.app_id = app_id
+                await self.memory(app_id).invalidate()  # see MemoryStore._insert_retrying
+                raise
 
     async def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None
@@ -886,6 +920,9 @@ class AsyncTurnCollector(TurnInput):
             await self._flush(None)
 
     async def _flush(self, display: DisplayDraft | None) -> None:
+        if self._doubt is not None:
+            doubt, count = self._doubt
+            self._settled(await self._store._was_committed(self.app_id, doubt, count))
         batch = self._assembler.ready
         if not batch and display is None:
             return

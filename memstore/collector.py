@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from memstore.core.display import DisplayDraft
 from memstore.core.stream import StreamAssembler, storable_text, turn_display
+from memstore.errors import CommitOutcomeUnknownError
 from memstore.messages import Message, Reasoning, ToolRequest
 
 if TYPE_CHECKING:
@@ -70,18 +71,33 @@ class TurnInput:
         self._assembler = StreamAssembler(max_text_bytes)
         self.flushes = 0
         """Writes made so far (each one transaction)."""
+        self._doubt: tuple[CommitOutcomeUnknownError, int] | None = None
+        """The last write's error and message count when its commit's outcome is unknown:
+        the next write first finds out whether those messages were stored."""
 
     def _flushed(self, count: int, error: BaseException | None = None) -> None:
         """After a write of the ``count`` ready messages: mark them flushed, unless the write
         failed with an ``Exception`` (nothing was written; the turn's failure path may write
-        them). A write interrupted by a ``BaseException`` (Ctrl-C, a cancelled task) was
-        written or has an unknown outcome: it is marked flushed too, so a batch is never
-        written twice (a lost one is answered as interrupted; a doubled one breaks the
-        history)."""
+        them; when the commit's outcome is unknown, the next write settles it first). A write
+        interrupted by a ``BaseException`` (Ctrl-C, a cancelled task) was written or has an
+        unknown outcome: it is marked flushed too, so a batch is never written twice (a lost
+        one is answered as interrupted; a doubled one breaks the history)."""
+        if isinstance(error, CommitOutcomeUnknownError):
+            self._doubt = (error, count)
+            return
         if isinstance(error, Exception):
             return
         self._assembler.mark_flushed(count)
         self.flushes += 1
+
+    def _settled(self, committed: bool) -> None:
+        """The outcome of the write in doubt is known: its messages were stored or not."""
+        assert self._doubt is not None
+        count = self._doubt[1]
+        self._doubt = None
+        if committed:
+            self._assembler.mark_flushed(count)
+            self.flushes += 1
 
     def on_text(self, delta: str) -> None:
         """A streamed text delta of the reply."""
@@ -140,7 +156,9 @@ class TurnCollector(TurnInput):
         again with a cleaned-up result, or pass ``truncate=True`` to store it with visible
         ``[memstore: ...]`` markers (:func:`memstore.core.stream.fit_tool_result`). A
         :class:`~memstore.errors.StorageError` means the result is kept and written by the
-        next flush (the next result or the turn's end); do not report it again.
+        next flush (the next result or the turn's end); do not report it again. After a
+        :class:`~memstore.errors.CommitOutcomeUnknownError` the next flush first finds out
+        whether the write went through, so nothing is stored twice.
         """
         if self._assembler.on_tool_executed(id, result, is_error, truncate=truncate):
             self._flush(None)
@@ -154,6 +172,9 @@ class TurnCollector(TurnInput):
     # -- writes ------------------------------------------------------------------------------
 
     def _flush(self, display: DisplayDraft | None) -> None:
+        if self._doubt is not None:
+            doubt, count = self._doubt
+            self._settled(self._store._was_committed(self.app_id, doubt, count))
         batch = self._assembler.ready
         if not batch and display is None:
             return

@@ -149,7 +149,8 @@ class WorkerLeaseLostError(WorkerLeaseError):
 
 
 class StorageError(MemstoreError):
-    """The SQL database failed (connection, constraint, timeout). Nothing was committed.
+    """The SQL database failed (connection, constraint, timeout). Nothing was committed,
+    except for the subclass :class:`CommitOutcomeUnknownError` (the outcome is not known).
 
     ``kind`` names the classified failure (``"connection failed"``, ``"authentication
     failed"``, ``"value rejected"``, ``"database busy"``...; see the errors table), ``code`` the
@@ -169,6 +170,34 @@ class StorageError(MemstoreError):
         self.kind = kind
         self.code = code
         self.driver_error = driver_error
+
+
+class CommitOutcomeUnknownError(StorageError):
+    """The connection to the database server was lost while a write's ``COMMIT`` was under way
+    (a network blip, a proxy or PgBouncer restart, a backend killed mid-commit): the server may
+    have committed the write or not. Never raised on SQLite, whose commits do not travel.
+
+    Before this reaches the caller the app's cached window is dropped (or, when Redis cannot
+    be reached, the app is stamped stale in SQL), so no instance serves a window that may miss
+    the write. ``app_id`` names the app and ``ids`` the original-history ids the write would
+    have (one per message). Do not retry blindly, which may store the turn twice: pass the
+    error back, ``store.append(app_id, messages, retry_of=error)``, which finds out whether it
+    was committed (waiting for the server to finish it) and writes the messages only if not.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        kind: str | None = None,
+        code: str | None = None,
+        driver_error: str | None = None,
+        app_id: str | None = None,
+        ids: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(detail, kind=kind, code=code, driver_error=driver_error)
+        self.app_id = app_id
+        self.ids = ids
 
 
 class IdCollisionError(StorageError):

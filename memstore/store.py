@@ -66,7 +66,12 @@ from memstore.core.rows import FetchedRows, decode_row
 from memstore.core.staleness import marks_to_clear
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, WindowEntry
-from memstore.errors import IdCollisionError, StorageError, WorkerLeaseLostError
+from memstore.errors import (
+    CommitOutcomeUnknownError,
+    IdCollisionError,
+    StorageError,
+    WorkerLeaseLostError,
+)
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message, parse_message
 from memstore.reports import (
@@ -94,7 +99,13 @@ from memstore.sql.generation import GenerationStep
 from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
 from memstore.sql.repository import ChainCheck, SqlHistory
 from memstore.sql.schema import display, original
-from memstore.store_base import StoreBase, Summarizer, collecting_skips
+from memstore.store_base import (
+    StoreBase,
+    Summarizer,
+    collecting_skips,
+    retry_probe,
+    still_unknown,
+)
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -364,21 +375,46 @@ class MemoryStore(StoreBase):
         app_id: str | int,
         messages: Iterable[Message | dict[str, Any]],
         user_id: str | None = None,
+        *,
+        retry_of: CommitOutcomeUnknownError | None = None,
     ) -> list[int]:
         """Write ``messages`` to both histories in one transaction, then to the cached window.
 
         Returns the snowflake ids of the original-history rows, one per message, in order.
         Raises a :class:`~memstore.errors.InvalidInputError` subclass for bad input (nothing
         written) and :class:`~memstore.errors.StorageError` when the database fails (nothing
-        written; the cache is untouched).
+        written; the cache is untouched), except its subclass
+        :class:`~memstore.errors.CommitOutcomeUnknownError`: the connection was lost during
+        the commit, which may have gone through (the cached window is dropped first).
+
+        ``retry_of``: that error, to append the same messages again safely: when the first
+        write was committed, its ids are returned and nothing is written twice; otherwise
+        the messages are written now. Raises ``CommitOutcomeUnknownError`` again while the
+        outcome cannot be told (the database still unreachable).
         """
         app = normalize_app_id(app_id)
         user = normalize_user_id(user_id)
         batch = [parse_message(message) for message in messages]
+        if retry_of is not None and self._was_committed(app, retry_of, len(batch)):
+            return list(retry_of.ids)
         ids = self._write(app, user, batch, display_drafts(batch, self._formatters))
         if ids and self._summarizer is not None and self.settings.compact_at_tokens is not None:
             self._auto_compact(app)
         return ids
+
+    def _was_committed(self, app_id: str, doubt: CommitOutcomeUnknownError, count: int) -> bool:
+        """Whether the append ``doubt`` reports was committed (its window dropped again if
+        so); see :meth:`append`'s ``retry_of``."""
+        probe = retry_probe(app_id, doubt, count)
+        if probe is None:
+            return False
+        try:
+            written = self._sql.was_committed(app_id, probe)
+        except StorageError as error:
+            raise still_unknown(doubt) from error
+        if written:
+            self.memory(app_id).invalidate()
+        return written
 
     def _auto_compact(self, app_id: str) -> None:
         """Compact the app when its window is over ``compact_at_tokens``; a failure is logged
@@ -462,6 +498,10 @@ class MemoryStore(StoreBase):
                 )
             except (IdCollisionError, WorkerLeaseLostError) as error:
                 self._retry_write(attempt, error)
+            except CommitOutcomeUnknownError as error:
+                error.app_id = app_id
+                self.memory(app_id).invalidate()  # no window may miss a write that went through
+                raise
 
     def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None

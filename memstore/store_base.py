@@ -41,6 +41,7 @@ from memstore.core.tokens import (
 )
 from memstore.core.window import Window, WindowEntry, answer_open_group, entry_for, token_window
 from memstore.errors import (
+    CommitOutcomeUnknownError,
     IdCollisionError,
     InvalidInputError,
     MemstoreError,
@@ -92,6 +93,36 @@ def collecting_skips() -> Iterator[list[str]]:
         yield skipped
     finally:
         _SKIPPED.reset(token)
+
+
+def retry_probe(app_id: str, doubt: CommitOutcomeUnknownError, count: int) -> int | None:
+    """The id whose presence in the app's original history tells whether the write ``doubt``
+    reports was committed (``None``: the write had no message, only a display row, which is
+    written again). Raises :class:`~memstore.errors.InvalidInputError` when ``doubt`` is not
+    the outcome of this same append (another app, another number of messages)."""
+    if not isinstance(doubt, CommitOutcomeUnknownError):
+        raise InvalidInputError("retry_of: expected the CommitOutcomeUnknownError of an append")
+    if doubt.app_id is not None and doubt.app_id != app_id:
+        raise InvalidInputError("retry_of: the error is the outcome of a write to another app")
+    if doubt.ids and len(doubt.ids) != count:
+        raise InvalidInputError(
+            f"retry_of: the write in doubt had {len(doubt.ids)} messages, this append {count};"
+            " retry with the same messages"
+        )
+    return doubt.ids[0] if doubt.ids else None
+
+
+def still_unknown(doubt: CommitOutcomeUnknownError) -> CommitOutcomeUnknownError:
+    """A fresh error for ``doubt`` when checking its outcome failed too (raise it from the
+    check's error): the outcome is still unknown, and a later retry may pass either."""
+    return CommitOutcomeUnknownError(
+        "writing history failed: the commit's outcome is still unknown (checking it failed)",
+        kind=doubt.kind,
+        code=doubt.code,
+        driver_error=doubt.driver_error,
+        app_id=doubt.app_id,
+        ids=doubt.ids,
+    )
 
 
 class StoreBase:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import await_only, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
@@ -51,10 +51,12 @@ from memstore.sql.direct import (
 )
 from memstore.sql.engine import (
     ENGINE_OPTIONS,
+    commit_failed,
     driver_imports,
     install_idle_ping,
     install_sqlite_pragmas,
     is_dead_connection,
+    no_ids,
     read_options,
     sqlite_options,
     translated_errors,
@@ -79,7 +81,9 @@ from memstore.sql.repository import (
     purge_statements,
     request_scan_query,
     requested_ids_in,
+    was_committed,
     window_rows_statement,
+    written_ids,
 )
 from memstore.sql.schema import display, original
 
@@ -228,7 +232,9 @@ async def adbapi_retrying(work: Callable[[], Awaitable[T]]) -> T:
 
 
 async def awrite_retrying(
-    engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]
+    engine: AsyncEngine,
+    work: Callable[[AsyncConnection], Awaitable[T]],
+    issued: Callable[[T], Sequence[int]] = no_ids,
 ) -> T:
     """:func:`memstore.sql.engine.write_retrying` on an async engine."""
     for attempt in (1, 2):
@@ -240,7 +246,10 @@ async def awrite_retrying(
                 if attempt == 1 and is_dead_connection(error):
                     continue
                 raise
-            await transaction.commit()
+            try:
+                await transaction.commit()
+            except SQLAlchemyError as error:
+                raise commit_failed(engine.dialect.name, error, issued(result)) from error
             return result
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -341,6 +350,15 @@ class AsyncSqlHistory:
             return ids[: len(original_rows)], step
 
         with translated_errors("writing history"):
+            return await awrite_retrying(self.engine, work, written_ids)
+
+    async def was_committed(self, app_id: str, first_id: int) -> bool:
+        """See :meth:`memstore.sql.repository.SqlHistory.was_committed`."""
+
+        async def work(conn: AsyncConnection) -> bool:
+            return await conn.run_sync(was_committed, app_id, first_id)
+
+        with translated_errors("checking a write"):
             return await awrite_retrying(self.engine, work)
 
     async def generation(self, app_id: str) -> int:

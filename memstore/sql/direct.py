@@ -56,6 +56,7 @@ from memstore.sql.repository import (
     latest_summary_query,
     newest_first,
     requested_ids_in,
+    written_ids,
     written_in,
 )
 from memstore.sql.schema import app_generation, display, original
@@ -736,6 +737,7 @@ async def arun_direct_retrying(
         lambda conn: run_direct(
             conn, statements, app_id, plan, issue_ids, cipher, chain, reads_first
         ),
+        written_ids,
     )
 
 

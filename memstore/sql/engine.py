@@ -9,7 +9,7 @@ synchronous driver is kept. A driver that is not installed raises
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -26,7 +26,13 @@ from memstore.core.db_errors import (
     classify,
     describe,
 )
-from memstore.errors import ConfigurationError, IdCollisionError, SchemaError, StorageError
+from memstore.errors import (
+    CommitOutcomeUnknownError,
+    ConfigurationError,
+    IdCollisionError,
+    SchemaError,
+    StorageError,
+)
 from memstore.extras import missing_extra
 
 POOL_TIMEOUT_SECONDS = 30
@@ -143,10 +149,40 @@ def dbapi_retrying(work: Callable[[], T]) -> T:
     return work()
 
 
-def write_retrying(engine: Engine, work: Callable[[Connection], T]) -> T:
+class CommitInDoubt(Exception):
+    """A write's ``COMMIT`` failed on a lost connection to a database server, which may have
+    committed it; ``ids`` are the ids the write issued. :func:`translated_errors` turns it
+    into :class:`~memstore.errors.CommitOutcomeUnknownError`."""
+
+    def __init__(self, error: SQLAlchemyError, ids: tuple[int, ...]) -> None:
+        super().__init__("commit outcome unknown")
+        self.error = error
+        self.ids = ids
+
+
+def commit_failed(dialect_name: str, error: SQLAlchemyError, issued: Sequence[int]) -> Exception:
+    """What a failed ``COMMIT`` raises: the error itself when the outcome is known (the server
+    answered; SQLite's commits never leave the process), else :class:`CommitInDoubt` with the
+    ``issued`` ids."""
+    if dialect_name == "sqlite":
+        return error
+    lost = is_dead_connection(error) or classify(driver_failure(error)) is FailureKind.CONNECTION
+    return CommitInDoubt(error, tuple(issued)) if lost else error
+
+
+def no_ids(_result: object) -> Sequence[int]:
+    return ()
+
+
+def write_retrying(
+    engine: Engine,
+    work: Callable[[Connection], T],
+    issued: Callable[[T], Sequence[int]] = no_ids,
+) -> T:
     """Run ``work`` in one transaction; once more when a statement before the commit finds
     the connection dead (the server dropped the transaction with it, so nothing was written).
-    A failure of the commit itself is never retried: its outcome is unknown."""
+    A failure of the commit itself is never retried: on a lost connection its outcome is
+    unknown (:class:`CommitInDoubt`, with the ids ``issued`` reads off the work's result)."""
     for attempt in (1, 2):
         with engine.connect() as conn:
             transaction = conn.begin()
@@ -156,7 +192,10 @@ def write_retrying(engine: Engine, work: Callable[[Connection], T]) -> T:
                 if attempt == 1 and is_dead_connection(error):
                     continue
                 raise
-            transaction.commit()
+            try:
+                transaction.commit()
+            except SQLAlchemyError as error:
+                raise commit_failed(engine.dialect.name, error, issued(result)) from error
             return result
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -359,6 +398,18 @@ def translated_errors(action: str) -> Iterator[None]:
     """
     try:
         yield
+    except CommitInDoubt as doubt:
+        known = storage_error(action, doubt.error)
+        unknown = CommitOutcomeUnknownError(
+            f"{known.detail} (while committing: the outcome is unknown)",
+            kind=known.kind,
+            code=known.code,
+            driver_error=known.driver_error,
+            ids=doubt.ids,
+        )
+        if keeps_cause(known, doubt.error):
+            raise unknown from doubt.error
+        raise unknown from None
     except SQLAlchemyError as error:
         replacement = storage_error(action, error)
         if keeps_cause(replacement, error):

@@ -370,6 +370,23 @@ def insert_plan(
     return ids[: len(original_rows)], step
 
 
+def written_ids(result: tuple[list[int], GenerationStep | None]) -> list[int]:
+    """The original-history ids a write's result names (what a commit in doubt reports)."""
+    return result[0]
+
+
+def was_committed(conn: Connection, app_id: str, first_id: int) -> bool:
+    """Whether the write of the app that issued ``first_id`` was committed. The app's
+    generation is raised first: that waits for a write of the app still in flight (it holds
+    the generation row's lock until it ends), so the answer is final, and it moves every
+    cached window of the app off its generation."""
+    generation.bump(conn, app_id)
+    found = conn.execute(
+        sa.select(original.c.id).where(original.c.app_id == app_id, original.c.id == first_id)
+    )
+    return found.first() is not None
+
+
 def _unrequested(
     conn: Connection, app_id: str, call_ids: set[str], below: int, cipher: RowCipher
 ) -> set[str]:
@@ -450,11 +467,18 @@ class SqlHistory:
                     lambda conn: run_direct(
                         conn, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
                     ),
+                    written_ids,
                 )
             return write_retrying(
                 self.engine,
                 lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher, chain),
+                written_ids,
             )
+
+    def was_committed(self, app_id: str, first_id: int) -> bool:
+        """See :func:`was_committed` (its own transaction)."""
+        with translated_errors("checking a write"):
+            return write_retrying(self.engine, lambda conn: was_committed(conn, app_id, first_id))
 
     def generation(self, app_id: str) -> int:
         """The app's generation (see :mod:`memstore.sql.generation`)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 
 class TcpProxy:
@@ -71,22 +72,75 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._open += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, from_client in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, from_client), daemon=True
+                ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
         try:
             while True:
                 data = source.recv(65536)
                 if not data:
                     break
                 self._flowing.wait()
-                sink.sendall(data)
+                if not self.forward(data, from_client, sink):
+                    break
         except OSError:
             pass
         finally:
             _close(source)
             _close(sink)
+
+
+    def forward(self, data: bytes, from_client: bool, sink: socket.socket) -> bool:
+        """Send ``data`` on; ``False`` ends the connection (a subclass may drop or cut)."""
+        sink.sendall(data)
+        return True
+
+
+class CommitCutter(TcpProxy):
+    """A proxy to a SQL server that, once armed, cuts the connection of the next ``COMMIT``:
+    after the server got it, so the server commits and the client never hears it
+    (``reply_lost``), or before (``before_commit``: the server rolls the transaction back).
+    Either way the client sees a connection lost during its commit."""
+
+    def __init__(self, host: str, target_port: int) -> None:
+        super().__init__(host, target_port)
+        self._armed: str | None = None
+        self._muted: set[int] = set()
+        self.cuts = 0
+
+    def arm(self, mode: str) -> None:
+        assert mode in ("reply_lost", "before_commit")
+        self._armed = mode
+
+    def forward(self, data: bytes, from_client: bool, sink: socket.socket) -> bool:
+        if not from_client:
+            if id(sink) in self._muted:
+                return True  # the server's answers to this client are lost
+            sink.sendall(data)
+            return True
+        mode = self._armed
+        if mode is None or b"COMMIT" not in data.upper():
+            sink.sendall(data)
+            return True
+        self._armed = None
+        self.cuts += 1
+        if mode == "reply_lost":
+            client = self._peer_of(sink)
+            if client is not None:
+                self._muted.add(id(client))
+            sink.sendall(data)
+            time.sleep(0.5)  # the server commits; its reply goes nowhere
+        return False
+
+    def _peer_of(self, upstream: socket.socket) -> socket.socket | None:
+        with self._lock:
+            for index, sock in enumerate(self._open):
+                if sock is upstream and index > 0:
+                    return self._open[index - 1]
+        return None
 
 
 def _close(sock: socket.socket) -> None:

@@ -25,6 +25,8 @@ FIELD_VALUES = {
     "provider": "openai",
     "extra": "crypto",
     "install": "pip install 'memstore[crypto]'",
+    "app_id": "app-1",
+    "ids": (11, 12),
 }
 
 ERRORS = sorted(

@@ -665,7 +665,11 @@ class AsyncMemoryStore(StoreBase):
         app = normalize_app_id(app_id)
 
         async def delete_then_drop() -> PurgeReport:
-            counts = await self._sql.purge(app)
+            try:
+                counts = await self._sql.purge(app)
+            except StorageError:  # see MemoryStore.purge
+                await self._cache_update(lambda: self.cache.purge(app))
+                raise
             self.row_memo.forget_app(app)
             dropped = await self._cache_update(lambda: self.cache.purge(app))
             return purge_report(app, counts, dropped)

@@ -730,7 +730,13 @@ class MemoryStore(StoreBase):
         """Hard-delete the app's rows (both histories and its loop-guard records) and its cache
         keys, in one transaction and one cache call. Exact match only."""
         app = normalize_app_id(app_id)
-        counts = self._sql.purge(app)
+        try:
+            counts = self._sql.purge(app)
+        except StorageError:
+            # the commit may have gone through with its reply lost: never keep serving the
+            # purged text from the window (a purge that did fail only costs a rebuild)
+            self._cache_update(lambda: self.cache.purge(app))
+            raise
         self.row_memo.forget_app(app)
         return purge_report(app, counts, self._cache_update(lambda: self.cache.purge(app)))
 

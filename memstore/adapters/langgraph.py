@@ -15,17 +15,17 @@ AI message's calls (see :func:`~memstore.adapters._lc_pending.pending`). The thr
 ``configurable.user_id``, when set, is stored on the rows. ``delete_thread`` also purges the
 app in memstore (both histories and its cached window).
 
-Which messages are stored is remembered per thread in the saver (only the ids still in the
-state). A process that meets a thread for the first time (after a restart) sees every message
-of the state as pending; :func:`~memstore.adapters._lc_pending.write_pending` then finds them
-among the app's newest rows by their LangChain ids and stores only the new ones. A ``messages``
-channel whose checkpoint value is not a list of messages (a LangGraph ``DeltaChannel``) is not
-mirrored.
+Which messages are stored is decided from the app's rows, which carry each message's
+LangChain id (see :mod:`memstore.adapters._lc_ledger`): the first time a process mirrors a
+thread it reads the ids of the app's whole history once, and every write then checks, in its
+own transaction, the rows other writers committed since. So a restarted process, or another
+replica of the same graph, never stores a message twice, even one a trimmed state kept from
+far back (``RemoveMessage`` keeping the first message). A ``messages`` channel whose
+checkpoint value is not a list of messages (a LangGraph ``DeltaChannel``) is not mirrored.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -46,7 +46,7 @@ except ImportError as error:
     raise missing_extra(__name__, "langchain", error) from error
 
 from memstore.adapters._history import Store, StoreAccess
-from memstore.adapters._lc_pending import awrite_pending, pending, write_pending
+from memstore.adapters._lc_ledger import MIRROR_APPS, MirrorLedger, amirror, mirror
 from memstore.core.inputs import normalize_app_id, normalize_user_id
 
 MESSAGES_CHANNEL = "messages"
@@ -81,6 +81,8 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
             Pass it when ``keys`` needs more of the config (a tenant, say):
             :meth:`delete_thread` then raises :class:`~memstore.errors.InvalidInputError`
             rather than purge an app it cannot name.
+        max_apps: threads whose stored message ids the saver keeps in memory (least recently
+            mirrored ones beyond it are read again from their rows when next mirrored).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         keys: ThreadKeys | None = None,
         channel: str = MESSAGES_CHANNEL,
         thread_app: Callable[[str], str | int] | None = None,
+        max_apps: int = MIRROR_APPS,
     ) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
@@ -98,8 +101,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         self.channel = channel
         self.thread_app = thread_app
         self._access = StoreAccess(store)
-        self._known: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
+        self._ledger = MirrorLedger(max_apps)
 
     @property
     def store(self) -> Store:
@@ -127,17 +129,6 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         app_id, user_id = self.keys(config)
         return normalize_app_id(app_id, what="thread_id"), normalize_user_id(user_id)
 
-    def _remember(self, app_id: str, messages: Sequence[BaseMessage]) -> None:
-        """After a mirror every message of the state is stored: keep their ids (only those)."""
-        ids = {m.id for m in messages if m.id is not None}
-        with self._lock:
-            self._known[app_id] = ids
-
-    def _pending(self, app_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        with self._lock:
-            known = self._known.get(app_id, set())
-        return pending(messages, known)
-
     def _mirror(
         self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
     ) -> None:
@@ -145,8 +136,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         if messages is None:
             return
         app_id, user_id = self._app(config)
-        write_pending(self._access, app_id, user_id, self._pending(app_id, messages))
-        self._remember(app_id, messages)
+        mirror(self._access, self._ledger, app_id, user_id, messages)
 
     async def _amirror(
         self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
@@ -155,14 +145,12 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         if messages is None:
             return
         app_id, user_id = self._app(config)
-        await awrite_pending(self._access, app_id, user_id, self._pending(app_id, messages))
-        self._remember(app_id, messages)
+        await amirror(self._access, self._ledger, app_id, user_id, messages)
 
     def _forget(self, thread_id: str) -> str:
         """The app of ``thread_id`` (see ``thread_app``), forgotten by the mirror."""
         app_id = normalize_app_id(self._thread_app(thread_id), what="thread_id")
-        with self._lock:
-            self._known.pop(app_id, None)
+        self._ledger.forget(app_id)
         return app_id
 
     def _thread_app(self, thread_id: str) -> str | int:
@@ -244,7 +232,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         clone = MemstoreMirrorSaver(
             inner, self.store, keys=self.keys, channel=self.channel, thread_app=self.thread_app
         )
-        clone._known, clone._lock = self._known, self._lock  # one memory of what is stored
+        clone._ledger = self._ledger  # one memory of what is stored
         return clone
 
     # -- async -----------------------------------------------------------------------------------

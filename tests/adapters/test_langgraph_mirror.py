@@ -8,13 +8,16 @@ async (``ainvoke``, ``aput``), with and without Redis.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.memory")
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
@@ -164,3 +167,81 @@ def test_delete_thread_with_custom_keys_purges_the_mirrored_app_only(
     )
     named.delete_thread(app_id)  # names its app: nothing left to purge, nothing else touched
     assert types(env, app_id) == ["UserMessage"]
+
+
+def trim(env: AdapterEnv, graph: Any, app_id: str, keep_last: int) -> None:
+    """Remove every message of the thread's state but the first and the ``keep_last`` newest."""
+    state = graph.get_state(config(app_id)).values["messages"]
+    removes = [RemoveMessage(id=m.id) for m in state[1:-keep_last]]
+    if env.is_async:
+        env.run(graph.aupdate_state(config(app_id), {"messages": removes}))
+    else:
+        graph.update_state(config(app_id), {"messages": removes})
+
+
+def test_restart_after_trimming_does_not_store_the_kept_first_message_again(
+    env: AdapterEnv, app_id: str
+) -> None:
+    inner = InMemorySaver()
+    graph = build(
+        ProviderLikeModel([f"reply {n}" for n in range(8)]), MemstoreMirrorSaver(inner, env.store())
+    )
+    for n in range(8):
+        call(env, graph, f"turn {n}", app_id)
+    trim(env, graph, app_id, keep_last=2)  # the state: the first message and the last turn
+    assert len(rows(env.sync_store(), app_id)) == 16
+
+    restarted = MemstoreMirrorSaver(inner, env.store())  # a new process: new saver, new store
+    call(env, build(ProviderLikeModel(["after restart"]), restarted), "turn 8", app_id)
+    stored = rows(env.sync_store(), app_id)
+    assert len(stored) == 18
+    assert len(set(lc_ids(stored))) == 18  # the kept first message is not appended again
+
+
+def test_two_replicas_taking_turns_store_each_message_once(env: AdapterEnv, app_id: str) -> None:
+    inner = InMemorySaver()  # the checkpointer both replicas share (a PostgresSaver in production)
+    model = ProviderLikeModel([PARALLEL, *[f"reply {n}" for n in range(12)]])
+    replicas = [build(model, MemstoreMirrorSaver(inner, env.store())) for _ in range(2)]
+    for n in range(12):
+        replica = replicas[0] if n < 8 else replicas[n % 2]  # the second joins after a trim
+        call(env, replica, f"turn {n}", app_id)
+        if n in (7, 10):
+            trim(env, replica, app_id, keep_last=2)
+    stored = rows(env.sync_store(), app_id)
+    assert len(stored) == 2 * 12 + 3  # the first turn also has two calls and their results
+    assert len(set(lc_ids(stored))) == len(stored)
+
+
+def test_replicas_putting_the_same_checkpoint_at_once_store_it_once(
+    env: AdapterEnv, app_id: str
+) -> None:
+    inner = InMemorySaver()
+    call(
+        env,
+        build(ProviderLikeModel(["hello"]), MemstoreMirrorSaver(inner, env.store())),
+        "hi",
+        app_id,
+    )
+    saved = inner.get_tuple(config(app_id))
+    assert saved is not None
+    messages = list(saved.checkpoint["channel_values"]["messages"])
+    follow_up = [*messages, HumanMessage("again", id="h-2"), AIMessage("yes", id="a-2")]
+    checkpoint: Any = {**saved.checkpoint, "channel_values": {"messages": follow_up}}
+    versions: Any = {"messages": 99}
+    put_config: Any = {"configurable": {"thread_id": app_id, "checkpoint_ns": ""}}
+    replicas = [MemstoreMirrorSaver(InMemorySaver(), env.store()) for _ in range(4)]
+    for replica in replicas:  # each met the thread already (its ledger is warm)
+        replica.put(put_config, saved.checkpoint, saved.metadata, versions)
+    barrier = threading.Barrier(len(replicas))
+
+    def put(replica: MemstoreMirrorSaver) -> None:
+        barrier.wait()
+        if env.is_async:
+            asyncio.run(replica.aput(put_config, checkpoint, saved.metadata, versions))
+        else:
+            replica.put(put_config, checkpoint, saved.metadata, versions)
+
+    with ThreadPoolExecutor(len(replicas)) as pool:
+        list(pool.map(put, replicas))
+    assert lc_ids(rows(env.sync_store(), app_id))[-2:] == ["h-2", "a-2"]
+    assert len(rows(env.sync_store(), app_id)) == 4

@@ -9,6 +9,7 @@ forwards again.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -99,6 +100,11 @@ class TcpProxy:
         return True
 
 
+_COMMIT = re.compile(rb"(?i)(?<![a-z_])COMMIT(\x00|;|$)")
+"""The COMMIT statement as PostgreSQL's simple query and MySQL's COM_QUERY carry it (not the
+word inside ``SET AUTOCOMMIT``)."""
+
+
 class CommitCutter(TcpProxy):
     """A proxy to a SQL server that, once armed, cuts the connection of the next ``COMMIT``:
     after the server got it, so the server commits and the client never hears it
@@ -122,7 +128,7 @@ class CommitCutter(TcpProxy):
             sink.sendall(data)
             return True
         mode = self._armed
-        if mode is None or b"COMMIT" not in data.upper():
+        if mode is None or not _COMMIT.search(data):
             sink.sendall(data)
             return True
         self._armed = None

@@ -167,3 +167,35 @@ def test_retry_of_must_be_the_same_append() -> None:
         retry_probe("a", StorageError("other"), 2)  # type: ignore[arg-type]
     # a write of display rows only has nothing to probe: it is written again
     assert retry_probe("a", CommitOutcomeUnknownError("lost", app_id="a"), 0) is None
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_a_purge_whose_commit_reply_is_lost_leaves_no_window_serving_the_text(
+    proxied: tuple[str, str, CommitCutter], flavor: str
+) -> None:
+    direct_url, cut_url, cutter = proxied
+    other = MemoryStore(settings(direct_url))
+    app = f"pdoubt-{uuid.uuid4().hex[:8]}"
+    other.append(app, [UserMessage(text="secret")])
+    assert [m.text for m in other.memory(app).messages()] == ["secret"]  # cached in Redis
+    try:
+        cutter.arm("reply_lost")
+        with pytest.raises(StorageError):
+            if flavor == "sync":
+                with MemoryStore(settings(cut_url)) as purger:
+                    purger.purge(app)
+            else:
+
+                async def purge() -> None:
+                    purger = AsyncMemoryStore(settings(cut_url))
+                    try:
+                        await purger.purge(app)
+                    finally:
+                        await purger.close()
+
+                asyncio.run(purge())
+        assert cutter.cuts == 1
+        assert other.memory(app).messages() == []  # the purge committed; its window is gone
+    finally:
+        other.purge(app)
+        other.close()

@@ -65,7 +65,7 @@ from memstore.core.rows import (
 )
 from memstore.core.summary import is_summary
 from memstore.core.window import StoredMessage
-from memstore.errors import ConfigurationError, UnknownToolCallError
+from memstore.errors import CommitOutcomeUnknownError, ConfigurationError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, SystemMessage, ToolRequest, ToolResult
 from memstore.shielding import finish
 from memstore.sql import generation
@@ -351,6 +351,27 @@ def _delete_own_display_row(
             return
 
 
+def _append_once(
+    store: MemoryStore, app_id: str, messages: list[Message], user_id: str | None
+) -> list[int]:
+    """``store.append``, settling a commit whose outcome is unknown with one retry through the
+    error (``retry_of``): the messages are stored exactly once or the error goes on."""
+    try:
+        return store.append(app_id, messages, user_id=user_id)
+    except CommitOutcomeUnknownError as doubt:
+        return store.append(app_id, messages, user_id=user_id, retry_of=doubt)
+
+
+async def _aappend_once(
+    store: AsyncMemoryStore, app_id: str, messages: list[Message], user_id: str | None
+) -> list[int]:
+    """:func:`_append_once` on an async store."""
+    try:
+        return await store.append(app_id, messages, user_id=user_id)
+    except CommitOutcomeUnknownError as doubt:
+        return await store.append(app_id, messages, user_id=user_id, retry_of=doubt)
+
+
 def insert_messages(
     conn: Connection,
     store: MemoryStore,
@@ -570,13 +591,13 @@ class StoreAccess:
         presumed = _presumed_requests(messages, wanted)
         if presumed is not None:
             try:
-                return store.append(app_id, resolve_results(messages, presumed), user_id=user_id)
+                return _append_once(store, app_id, resolve_results(messages, presumed), user_id)
             except UnknownToolCallError:
                 pass  # a request is missing: look them up, answer the missing ones opaquely
         for attempt in range(2):
             stored = self._sync_requested(store, app_id, wanted) if wanted else {}
             try:
-                return store.append(app_id, resolve_results(messages, stored), user_id=user_id)
+                return _append_once(store, app_id, resolve_results(messages, stored), user_id)
             except UnknownToolCallError:
                 if attempt:  # the request was popped or purged after the lookup: look again
                     raise
@@ -665,8 +686,8 @@ class StoreAccess:
         presumed = _presumed_requests(messages, wanted)
         if presumed is not None:
             try:
-                return await store.append(
-                    app_id, resolve_results(messages, presumed), user_id=user_id
+                return await _aappend_once(
+                    store, app_id, resolve_results(messages, presumed), user_id
                 )
             except UnknownToolCallError:
                 pass  # as in append: look the requests up
@@ -677,8 +698,8 @@ class StoreAccess:
                     async with store.engine.connect() as conn:
                         stored = await conn.run_sync(_requested_tools, app_id, wanted, store.cipher)
             try:
-                return await store.append(
-                    app_id, resolve_results(messages, stored), user_id=user_id
+                return await _aappend_once(
+                    store, app_id, resolve_results(messages, stored), user_id
                 )
             except UnknownToolCallError:
                 if attempt:

@@ -199,3 +199,27 @@ def test_a_purge_whose_commit_reply_is_lost_leaves_no_window_serving_the_text(
     finally:
         other.purge(app)
         other.close()
+
+
+def test_the_adapters_settle_a_commit_in_doubt_and_store_the_messages_once(
+    proxied: tuple[str, str, CommitCutter],
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from memstore.adapters.langchain import MemstoreChatMessageHistory
+
+    direct_url, cut_url, cutter = proxied
+    app = f"lcdoubt-{uuid.uuid4().hex[:8]}"
+    writer = MemoryStore(settings(cut_url))
+    other = MemoryStore(settings(direct_url))
+    try:
+        history = MemstoreChatMessageHistory(writer, app)
+        history.add_messages([HumanMessage("hi")])
+        cutter.arm("reply_lost")
+        history.add_messages([HumanMessage("second"), AIMessage("answer")])  # no error
+        assert cutter.cuts == 1
+        assert texts(other, app) == ["hi", "second", "answer"]
+    finally:
+        other.purge(app)
+        writer.close()
+        other.close()

@@ -190,6 +190,9 @@ for i = 8, #ARGV do
     if interrupted == nil then  -- read once: usually no call is answered as interrupted
       interrupted = {}
       for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do interrupted[member] = true end
+      -- without its marker the set was evicted (maxmemory) or predates it: which results of
+      -- the window are synthetic is unknown, so the window goes
+      if not interrupted[''] then return invalidate() end
     end
     if interrupted[id] then return invalidate() end
     local idx = count
@@ -315,8 +318,9 @@ redis.call('DEL', KEYS[5], KEYS[6])
 local ttl = tonumber(ARGV[2])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[5], ARGV[3], 'EX', ttl) end
 local synthetic = tonumber(ARGV[5])
+redis.call('SADD', KEYS[2], '')  -- the marker: the set is there, not evicted
 for i = 6, 5 + synthetic do redis.call('SADD', KEYS[2], ARGV[i]) end
-if synthetic > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+redis.call('EXPIRE', KEYS[2], ttl)
 local first = 6 + synthetic
 for i = first, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
@@ -367,8 +371,12 @@ return 1
 """ARGV: ttl. Drops the window and bumps the version, so a rebuild racing it is refused."""
 
 PURGE = r"""
-local existed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
+local existed = redis.call('DEL', KEYS[1], KEYS[3])
+if redis.call('SCARD', KEYS[2]) > redis.call('SISMEMBER', KEYS[2], '') then
+  existed = existed + 1
+end
+redis.call('DEL', KEYS[2], KEYS[4], KEYS[5], KEYS[6])
 return existed
 """
-"""Deletes every key of the app; returns how many of window, interrupted, version existed."""
+"""Deletes every key of the app; returns how many of window, interrupted (a set holding a
+call id, not only its marker), version existed."""

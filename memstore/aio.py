@@ -25,7 +25,15 @@ import inspect
 import logging
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+)
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from types import TracebackType
@@ -497,11 +505,18 @@ class AsyncMemoryStore(StoreBase):
         return (await self._rebuild(app_id, limit, cached.version, generation))[0]
 
     async def _write(
-        self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
+        self,
+        app_id: str,
+        user_id: str | None,
+        batch: list[Message],
+        drafts: list[DisplayDraft],
+        fence: Collection[str] = (),
     ) -> list[int]:
+        """See :meth:`memstore.MemoryStore._write`."""
         if not batch and not drafts:
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
+        plan.unresolved_call_ids.update(fence)
         cache_entries = self._counted(plan.cache_entries)
 
         async def commit_then_cache() -> list[int]:
@@ -932,7 +947,11 @@ class AsyncTurnCollector(TurnInput):
             return
         try:
             await self._store._write(
-                self.app_id, self.user_id, list(batch), [display] if display is not None else []
+                self.app_id,
+                self.user_id,
+                list(batch),
+                [display] if display is not None else [],
+                self._fence() if display is not None else (),
             )
         except BaseException as error:
             self._flushed(len(batch), error)
@@ -961,7 +980,11 @@ class AsyncTurnCollector(TurnInput):
             draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
             try:
                 await self._store._write(
-                    self.app_id, self.user_id, [], [draft] if draft is not None else []
+                    self.app_id,
+                    self.user_id,
+                    [],
+                    [draft] if draft is not None else [],
+                    self._fence(),
                 )
             except Exception:
                 logger.warning(

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from memstore.core.display import DisplayDraft
 from memstore.core.stream import StreamAssembler, storable_text, turn_display
 from memstore.errors import CommitOutcomeUnknownError
-from memstore.messages import Message, Reasoning, ToolRequest
+from memstore.messages import AiMessage, Message, Reasoning, ToolRequest
 
 if TYPE_CHECKING:
     from memstore.store import MemoryStore
@@ -89,6 +89,18 @@ class TurnInput:
             return
         self._assembler.mark_flushed(count)
         self.flushes += 1
+
+    def _fence(self) -> set[str]:
+        """The call ids of the turn's requests already written. The write that carries the
+        turn's display row needs them still stored: after a purge of the app (or of its user)
+        during the turn, that row, which would quote the purged calls, is not written
+        (:class:`~memstore.errors.UnknownToolCallError`), nor anything else of the turn."""
+        return {
+            request.id
+            for message in self._assembler.flushed_messages
+            if isinstance(message, AiMessage)
+            for request in message.tool_requests
+        }
 
     def _settled(self, committed: bool) -> None:
         """The outcome of the write in doubt is known: its messages were stored or not."""
@@ -179,7 +191,13 @@ class TurnCollector(TurnInput):
         if not batch and display is None:
             return
         try:
-            self._store._write(self.app_id, self.user_id, batch, [display] if display else [])
+            self._store._write(
+                self.app_id,
+                self.user_id,
+                batch,
+                [display] if display else [],
+                self._fence() if display else (),
+            )
         except BaseException as error:
             self._flushed(len(batch), error)
             raise
@@ -209,7 +227,9 @@ class TurnCollector(TurnInput):
             # the row shows only what is durable: no "-> ok" for a result that was not written
             draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
             try:
-                self._store._write(self.app_id, self.user_id, [], [draft] if draft else [])
+                self._store._write(
+                    self.app_id, self.user_id, [], [draft] if draft else [], self._fence()
+                )
             except Exception:
                 logger.warning(
                     "memstore collector: the display row of app %r's failed turn was lost",

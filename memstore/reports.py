@@ -77,6 +77,8 @@ class PurgeReport(_Report):
     tool_executions: int = 0
     """Loop-guard records of the app's side-effecting tool calls."""
     cache_keys: int
+    """Cache keys removed that held the app's messages (its window, and its set of calls
+    answered as interrupted); version counters are not counted."""
 
 
 class DisplayEntry(_Report):

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import partial
@@ -470,12 +470,20 @@ class MemoryStore(StoreBase):
         return self._rebuild(app_id, self.settings.reload_max, cached.version, generation)[0]
 
     def _write(
-        self, app_id: str, user_id: str | None, batch: list[Message], drafts: list[DisplayDraft]
+        self,
+        app_id: str,
+        user_id: str | None,
+        batch: list[Message],
+        drafts: list[DisplayDraft],
+        fence: Collection[str] = (),
     ) -> list[int]:
-        """Both histories in one transaction (one multi-row INSERT per table), then the cache."""
+        """Both histories in one transaction (one multi-row INSERT per table), then the cache.
+        ``fence``: call ids whose requests must still be stored (else nothing is written:
+        :class:`~memstore.errors.UnknownToolCallError`), checked under the app's lock."""
         if not batch and not drafts:
             return []
         plan = self._plan(app_id, user_id, batch, drafts)
+        plan.unresolved_call_ids.update(fence)
         cache_entries = self._counted(plan.cache_entries)
         ids, step = self._insert_retrying(app_id, plan)
         self._cache_append(app_id, cache_entries, step)

@@ -303,7 +303,7 @@ class AsyncRedisWindowCache:
 
     async def read(self, app_id: str) -> CachedWindow:
         memo = self.memo
-        reply = await self._run(cache_plan.read_call(app_id, memo.stamp(app_id)))
+        reply = await self._run(cache_plan.read_call(app_id, self._policy, memo.stamp(app_id)))
         return cache_plan.read_outcome(reply, app_id, self._policy.cipher, memo)
 
     async def store(

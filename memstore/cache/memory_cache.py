@@ -166,7 +166,7 @@ class InProcessWindowCache:
     def purge(self, app_id: str) -> int:
         with self._lock:
             existed = int(self._slots.pop(app_id, None) is not None)
-            existed += int(self._versions.pop(app_id, None) is not None)
+            self._bump(app_id)  # a rebuild that read the app before the purge is refused
             return existed
 
     def close(self) -> None:

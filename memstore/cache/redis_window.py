@@ -292,7 +292,7 @@ class RedisWindowCache:
         for app_id in app_ids:
             self.memo.forget(app_id)
             calls.append(cache_plan.invalidate_call(app_id, self._policy))
-            calls.append(cache_plan.read_call(app_id))
+            calls.append(cache_plan.read_call(app_id, self._policy))
         replies = self.run_batch(calls)
         return [cache_plan.read_outcome(reply).version for reply in replies[1::2]]
 
@@ -311,7 +311,7 @@ class RedisWindowCache:
 
     def read(self, app_id: str) -> CachedWindow:
         memo = self.memo
-        reply = self._run(cache_plan.read_call(app_id, memo.stamp(app_id)))
+        reply = self._run(cache_plan.read_call(app_id, self._policy, memo.stamp(app_id)))
         return cache_plan.read_outcome(reply, app_id, self._policy.cipher, memo)
 
     def store(

@@ -344,7 +344,13 @@ READ = (
     _ORIGIN
     + r"""
 local here = origin()
-local version = here .. '/' .. (redis.call('GET', KEYS[3]) or '')
+local counter = redis.call('GET', KEYS[3])
+if not counter then
+  -- a rebuild must hold a version a purge (which deletes it) or a write (INCR) changes
+  counter = '0'
+  redis.call('SET', KEYS[3], counter, 'EX', tonumber(ARGV[2]))
+end
+local version = here .. '/' .. counter
 local id, stamp = stored_on(redis.call('GET', KEYS[4]))
 if id ~= here then return {version} end
 if stamp ~= '' and stamp == ARGV[1] then
@@ -356,7 +362,9 @@ if #entries == 0 then return {version} end
 return {version, stamp, entries}
 """
 )
-"""ARGV: the stamp of the window the caller already holds (``''``: none). Returns
+"""ARGV: the stamp of the window the caller already holds (``''``: none), ttl (of the version
+counter READ starts when there is none, so that a purge racing the rebuild refuses its STORE).
+Returns
 ``{version}`` when no window of this master is cached (a miss; a window stored on another
 master is left for the rebuild to replace), ``{version, stamp}`` when the window still has
 the caller's stamp (unchanged: no entries are sent), else ``{version, stamp, entries}``
@@ -371,12 +379,12 @@ return 1
 """ARGV: ttl. Drops the window and bumps the version, so a rebuild racing it is refused."""
 
 PURGE = r"""
-local existed = redis.call('DEL', KEYS[1], KEYS[3])
+local existed = redis.call('DEL', KEYS[1])
 if redis.call('SCARD', KEYS[2]) > redis.call('SISMEMBER', KEYS[2], '') then
   existed = existed + 1
 end
-redis.call('DEL', KEYS[2], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 return existed
 """
-"""Deletes every key of the app; returns how many of window, interrupted (a set holding a
-call id, not only its marker), version existed."""
+"""Deletes every key of the app; returns how many of the keys holding its messages existed:
+the window, and the set of interrupted call ids when it held one (not only its marker)."""

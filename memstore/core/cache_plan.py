@@ -72,9 +72,11 @@ def new_stamp() -> str:
     return os.urandom(9).hex()
 
 
-def read_call(app_id: str, known_stamp: str = "") -> ScriptCall:
+def read_call(app_id: str, policy: WindowPolicy, known_stamp: str = "") -> ScriptCall:
     """The READ run; ``known_stamp``: the stamp of the window this process holds decoded."""
-    return ScriptCall("read", app_id, list(keys.app_keys(app_id)), [known_stamp])
+    return ScriptCall(
+        "read", app_id, list(keys.app_keys(app_id)), [known_stamp, policy.ttl_seconds]
+    )
 
 
 def append_call(

@@ -22,6 +22,7 @@ from memstore import (
 )
 from memstore.core.validate import validate
 from memstore.core.window import is_synthetic
+from memstore.errors import UnknownToolCallError
 from memstore.messages import Message
 from memstore.sql.schema import display, original
 from tests.conftest import StoreFactory
@@ -477,3 +478,28 @@ def test_a_failure_whose_text_cannot_be_stored_keeps_the_streamed_text(
     row = store.history(app_id)[0]
     assert row.status == "failed" and row.text.startswith("Looking at the files\n[failed] ")
     assert shown in row.text
+
+
+@pytest.mark.parametrize("purge", ["app", "user"])
+def test_a_purge_during_a_turn_is_never_written_back(
+    store: MemoryStore, app_id: str, purge: str
+) -> None:
+    """The turn's first call is flushed, then the app (or its user) is purged while the model
+    still streams: the closing display row would quote the purged call's arguments, so
+    nothing more of the turn is written."""
+    from memstore.operations import purge_user
+
+    if purge == "user" and not isinstance(store, MemoryStore):
+        pytest.skip("purge by user is a synchronous operation")
+    store.append(app_id, [UserMessage(text="write the file")], user_id="u-purged")
+    with pytest.raises(UnknownToolCallError), store.collector(app_id, user_id="u-purged") as turn:
+        turn.on_tool_call_delta(0, id="c1", name="write_file", arguments=ARGS_A)
+        turn.on_tool_executed("c1", "written")  # flushed: the request and its result
+        if purge == "app":
+            store.purge(app_id)
+        else:
+            purge_user(store, "u-purged")
+        turn.on_text("Done: a.txt now says héllo.")
+    assert store.history(app_id) == []
+    assert store.load_window(app_id, 50) == []
+    assert store.memory(app_id).messages() == []

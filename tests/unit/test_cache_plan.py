@@ -80,11 +80,12 @@ def route_of(app_id: str) -> str:
 def test_a_failed_route_rests_while_other_routes_go() -> None:
     metrics = Metrics()
     state = CacheState(1.0, metrics)
-    read_a = cache_plan.read_call("a/1")
+    read_a = cache_plan.read_call("a/1", POLICY)
     assert state.begin(read_a, "a", 0.0, route_of) == cache_plan.Go("a")
     state.failed(read_a, "a", redis.TimeoutError("slow"), 0.0, cluster=True)
     assert state.begin(read_a, "a", 0.5, route_of) is None  # resting: SQL
-    assert state.begin(cache_plan.read_call("b/1"), "b", 0.5, route_of) == cache_plan.Go("b")
+    read_b = cache_plan.read_call("b/1", POLICY)
+    assert state.begin(read_b, "b", 0.5, route_of) == cache_plan.Go("b")
     go = state.begin(read_a, "a", 1.0, route_of)  # rested: retry, refresh the view first
     assert go is not None and go.refresh
     state.refreshed("a")
@@ -103,9 +104,9 @@ def test_a_skipped_write_marks_its_app_dirty_and_is_replayed_on_its_route() -> N
     state.begin(cache_plan.append_call("a/1", POLICY, [], 1, 2), "a", 0.1, route_of)  # resting
     state.begin(cache_plan.invalidate_call("a/2", POLICY), "a", 0.2, route_of)  # resting
     assert seen == ["a/1", "a/1", "a/2"] and state.dirty_apps() == ["a/1", "a/2"]
-    other = state.begin(cache_plan.read_call("b/9"), "b", 0.3, route_of)
+    other = state.begin(cache_plan.read_call("b/9", POLICY), "b", 0.3, route_of)
     assert other == cache_plan.Go("b")  # another shard's dirty apps are not its business
-    go = state.begin(cache_plan.read_call("a/2"), "a", 2.0, route_of)
+    go = state.begin(cache_plan.read_call("a/2", POLICY), "a", 2.0, route_of)
     assert go is not None and go.replay == [("a/2", 3), ("a/1", 2)]  # the app itself first
     state.mark_dirty("a/1")  # a write failing on another thread while a/1 is dropped
     state.cleaned("a/2", 3)
@@ -143,7 +144,7 @@ def test_a_drop_planned_before_a_mark_never_clears_it_even_after_another_drop() 
 def test_a_read_is_never_dirtying_and_a_failed_read_has_no_version() -> None:
     state = CacheState(1.0)
     moved = redis.ResponseError("MOVED 1 x:1")
-    state.failed(cache_plan.read_call("a"), "", moved, 0, cluster=False)
+    state.failed(cache_plan.read_call("a", POLICY), "", moved, 0, cluster=False)
     assert state.dirty_apps() == []
     assert cache_plan.read_outcome(None).version == cache_plan.UNAVAILABLE
     assert cache_plan.store_call("a", POLICY, cache_plan.UNAVAILABLE, [], []) is None

@@ -29,6 +29,15 @@ response event (author and invocation of the call), except calls the event marks
 long-running, which ADK resumes itself.
 ``after_timestamp`` is applied to the events of that window.
 
+After a compaction (:meth:`memstore.ChatMemory.compact` on the session's history app id, see
+``history_app_id``) the events are the summary, as ADK represents one (an event whose
+``actions.compaction`` holds the summary text as ``compacted_content`` and the timestamps of
+the first and last covered events; its own timestamp is the last one's, no ``content``),
+followed by the events after the range it covers, with and without ``num_recent_events`` (the
+summary counts as one event). ADK's prompt assembly puts the summary where the covered events
+were. With the ``summary_role`` setting ``"exclude"`` the summary event is left out too. The
+covered events stay in the database (``memstore show --original``, export).
+
 State lives in memstore's ``adk_state`` table (migration 0004): app state, user state and
 session state, one JSON row each. Each session row has a revision: ``append_event`` on a
 session object loaded before another append raises ADK's ``StaleSessionError`` and writes
@@ -49,6 +58,7 @@ import base64
 import hashlib
 import json
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -65,6 +75,7 @@ try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions, EventCompaction
     from google.adk.sessions import _session_util
     from google.adk.sessions.base_session_service import (
         BaseSessionService,
@@ -88,14 +99,22 @@ from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_user_id
 from memstore.core.metadata import thaw
 from memstore.core.plans import plan_write
 from memstore.core.reasoning import GOOGLE, THOUGHT, THOUGHT_SIGNATURE
+from memstore.core.rows import SUMMARY
+from memstore.core.summary import (
+    SUMMARY_MARK,
+    SummaryInfo,
+    is_summary,
+    summary_info,
+    window_summary,
+)
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolResult, UserMessage
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import purge_statements
-from memstore.sql.schema import adk_state
+from memstore.sql.repository import in_app, newest_first, purge_statements, rows_to_messages
+from memstore.sql.schema import adk_state, original
 from memstore.store import MemoryStore
 
 ADK_KEY = "google_adk"
@@ -103,6 +122,9 @@ ADK_KEY = "google_adk"
 
 INTERRUPTED_EVENT_PREFIX = "memstore-interrupted-"
 """Event id prefix of the synthetic responses of calls whose response was never stored."""
+
+SUMMARY_EVENT_PREFIX = "memstore-summary-"
+"""Event id prefix of the compaction events made of memstore's summaries (then the row id)."""
 
 __all__ = ["ADK_KEY", "MemstoreSessionService", "event_to_messages", "messages_to_events"]
 
@@ -317,6 +339,63 @@ def messages_to_events(messages: Sequence[Message]) -> list[Event]:
     return events
 
 
+def _event_stamp(message: Message) -> float | None:
+    """The timestamp of the event a row belongs to (``None``: not a row of this adapter)."""
+    data = message.metadata.get(ADK_KEY)
+    event = data.get("event") if isinstance(data, dict) else None
+    stamp = event.get("timestamp") if isinstance(event, dict) else None
+    return float(stamp) if isinstance(stamp, (int, float)) else None
+
+
+def _compaction_event(row_id: int, text: str | None, start: float, end: float) -> Event:
+    """A memstore summary as ADK's compaction event (the shape ADK's own summarizer appends:
+    author ``user``, no ``content``, the summary as model content in ``actions.compaction``)."""
+    event_id = f"{SUMMARY_EVENT_PREFIX}{row_id}"
+    compaction = EventCompaction(
+        start_timestamp=start,
+        end_timestamp=end,
+        compacted_content=types.Content(role="model", parts=[types.Part(text=text or "")]),
+    )
+    return Event(
+        id=event_id,
+        invocation_id=event_id,
+        author="user",
+        timestamp=end,
+        actions=EventActions(compaction=compaction),
+    )
+
+
+def _bounds(stamps: Sequence[float | None]) -> tuple[float, float]:
+    """The first and last known timestamps of the covered events (``0.0`` when none is
+    known: a summary placed before every event rather than over one it does not cover)."""
+    known = [stamp for stamp in stamps if stamp is not None]
+    return (known[0], known[-1]) if known else (0.0, 0.0)
+
+
+_STAMP_SCAN = 16
+"""Rows read at each end of a covered range for the timestamp of an event of this adapter."""
+
+
+def _covered_bounds(
+    conn: Connection, store: MemoryStore, app_id: str, info: SummaryInfo
+) -> tuple[float, float]:
+    """The first and last event timestamps in a summary's covered range, read from the
+    rows at both ends of it (a summary row or a row written by other means has none)."""
+    where = (
+        in_app(original, app_id),
+        original.c.is_deleted == sa.false(),
+        original.c.message_type != SUMMARY,
+        original.c.id >= info.first_id,
+        original.c.id <= info.last_id,
+    )
+    columns = (original.c.id, original.c.payload)
+    oldest = sa.select(*columns).where(*where).order_by(original.c.app_id, original.c.id)
+    newest = sa.select(*columns).where(*where).order_by(*newest_first(original))
+    head = rows_to_messages(conn.execute(oldest.limit(_STAMP_SCAN)), app_id, store.cipher)
+    tail = rows_to_messages(conn.execute(newest.limit(_STAMP_SCAN)), app_id, store.cipher)
+    return _bounds([_event_stamp(row.message) for row in head + tail])
+
+
 # -- state rows ------------------------------------------------------------------------------------
 
 
@@ -392,7 +471,9 @@ def _stamp(value: datetime) -> float:
 
 
 def _json_state(state: dict[str, Any]) -> dict[str, Any]:
-    return dict(json.loads(json.dumps(state, default=str)))
+    """State in the JSON form ADK's ``DatabaseSessionService`` stores (ISO datetimes, decimals
+    as strings, sets as lists; a value pydantic cannot convert by its ``str()``)."""
+    return dict(json.loads(json.dumps(_session_util.make_json_safe_state(state), default=str)))
 
 
 # -- the service -----------------------------------------------------------------------------------
@@ -416,6 +497,9 @@ class MemstoreSessionService(BaseSessionService):
     def __init__(self, store: Store, state_service: BaseSessionService | None = None) -> None:
         self._access = StoreAccess(store)
         self.state_service = state_service
+        self._append_locks: weakref.WeakValueDictionary[tuple[Any, ...], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     @property
     def store(self) -> Store:
@@ -556,17 +640,50 @@ class MemstoreSessionService(BaseSessionService):
             return []
         store = self._sync()
         if recent is None:
-            rows = self._access.all_rows(app_id)
-            return messages_to_events(select_window(rows, _WHOLE).messages)
+            return self._all_events(store, app_id)
         # A window counts rows and an event may be several (a 3-call event is 1 AI row and
         # 3 results): widen until it holds ``recent`` events or the whole history.
         size = recent
         while True:
             window = store.load_window(app_id, size, start_at_user=False)
             events = messages_to_events(window)
-            if len(events) >= recent or len(window) < size or size >= MAX_WINDOW_MESSAGES:
+            if len(events) >= recent:
                 return _latest_events(events, recent)
+            if len(window) < size or size >= MAX_WINDOW_MESSAGES:
+                # every row after the summary's range is here: the summary comes first (a
+                # window that is full holds the summary but may lack rows after the range)
+                lead = self._summary_lead(store, app_id, window)
+                return _latest_events(lead + events, recent)
             size = min(size * 2, MAX_WINDOW_MESSAGES)
+
+    def _all_events(self, store: MemoryStore, app_id: str) -> list[Event]:
+        """Every event, or after a compaction its summary and the events after the range."""
+        rows = self._access.all_rows(app_id)
+        summaries = [row for row in rows if summary_info(row.message) is not None]
+        if not summaries:
+            return messages_to_events(select_window(rows, _WHOLE).messages)
+        newest = summaries[-1]
+        info = summary_info(newest.message)
+        assert info is not None
+        rest = [row for row in rows if row.id > info.last_id and not is_summary(row.message)]
+        lead: list[Event] = []
+        opener = window_summary(newest.id, newest.message, store.settings.summary_role)
+        if opener is not None:
+            covered = [row for row in rows if info.first_id <= row.id <= info.last_id]
+            start, end = _bounds([_event_stamp(row.message) for row in covered])
+            lead = [_compaction_event(newest.id, opener.text, start, end)]
+        return lead + (messages_to_events(select_window(rest, _WHOLE).messages) if rest else [])
+
+    @staticmethod
+    def _summary_lead(store: MemoryStore, app_id: str, window: list[Message]) -> list[Event]:
+        """The compaction event of the summary opening ``window`` (none: no summary)."""
+        info = summary_info(window[0]) if window else None
+        if info is None:
+            return []
+        row_id = int(window[0].metadata[SUMMARY_MARK]["id"])
+        with translated_errors("reading a summary's range"), store.engine.connect() as conn:
+            start, end = _covered_bounds(conn, store, app_id, info)
+        return [_compaction_event(row_id, window[0].text, start, end)]
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -639,14 +756,29 @@ class MemstoreSessionService(BaseSessionService):
         """
         if event.partial:
             return event
-        self._apply_temp_state(session, event)
-        event = self._trim_temp_delta_state(event)
-        if self.state_service is not None:
-            return await self._append_wrapped(session, event)
-        marker = await finish(asyncio.to_thread(self._append_sync, session, event))
-        session._storage_update_marker = marker
-        session.last_update_time = event.timestamp
-        return self._commit_event_to_session(session, event)
+        async with self._append_lock(session):
+            self._apply_temp_state(session, event)
+            event = self._trim_temp_delta_state(event)
+            if self.state_service is not None:
+                return await self._append_wrapped(session, event)
+            marker = await finish(asyncio.to_thread(self._append_sync, session, event))
+            session._storage_update_marker = marker
+            session.last_update_time = event.timestamp
+            return self._commit_event_to_session(session, event)
+
+    def _append_lock(self, session: Session) -> asyncio.Lock:
+        """The lock of the session's appends on this event loop.
+
+        Appends through this service to one session run one after the other, as ADK's
+        ``DatabaseSessionService`` runs them: concurrent appends through one session object
+        then all land, each reading the revision the previous one left on it, where they would
+        otherwise read the same revision and all but one raise ``StaleSessionError``. A lock
+        lives while an append holds or awaits it."""
+        key = (asyncio.get_running_loop(), session.app_name, session.user_id, session.id)
+        lock = self._append_locks.get(key)
+        if lock is None:
+            lock = self._append_locks[key] = asyncio.Lock()
+        return lock
 
     def _append_sync(self, session: Session, event: Event) -> str:
         store = self._sync()

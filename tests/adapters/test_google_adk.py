@@ -25,6 +25,7 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
+from memstore import MemoryStore
 from memstore.adapters.google_adk import MemstoreSessionService, history_app_id
 from memstore.cache.keys import app_keys
 from memstore.errors import MissingExtraError
@@ -542,3 +543,101 @@ def test_concurrent_appends_keep_every_app_and_user_state_key(env: AdapterEnv) -
             }
 
     env.run(check())
+
+
+def summarize(messages: list[Any]) -> str:
+    return f"SUMMARY of {len(messages)}"
+
+
+def test_a_compacted_session_opens_with_the_summary_as_a_compaction_event(
+    env: AdapterEnv,
+) -> None:
+    """Issue 4: after a compaction the summary was dropped and ``num_recent_events`` gave only
+    the kept events, with no trace of the rest. Now it is ADK's compaction event, followed by
+    the kept events, with and without ``num_recent_events``, and the model gets it."""
+
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        for prompt in ("one", "two", "three"):  # 4 events a turn: 12 events
+            await turn(runner_of(service), session.id, prompt)
+        before = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert before is not None and len(before.events) == 12
+        # keeps the third turn: its user row, the call row, its 2 results, the reply
+        report = env.sync_store().compact(
+            history_app_id(APP, USER, session.id), summarize, keep_last_messages=5
+        )
+        assert report.compacted and report.kept_messages == 5
+        covered, kept = before.events[:8], before.events[8:]
+
+        fresh = service_of(env)
+        whole = await fresh.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert whole is not None and len(whole.events) == 5
+        lead = whole.events[0]
+        compaction = lead.actions.compaction
+        assert compaction is not None and lead.content is None
+        assert compaction.compacted_content.parts is not None
+        assert compaction.compacted_content.parts[0].text == "SUMMARY of 10"
+        assert compaction.start_timestamp == covered[0].timestamp
+        assert compaction.end_timestamp == lead.timestamp == covered[-1].timestamp
+        assert [e.model_dump() for e in whole.events[1:]] == [e.model_dump() for e in kept]
+
+        for n in range(1, 8):
+            config = GetSessionConfig(num_recent_events=n)
+            window = await fresh.get_session(
+                app_name=APP, user_id=USER, session_id=session.id, config=config
+            )
+            assert window is not None
+            assert_paired(window.events)
+            assert len(window.events) >= min(n, 5)
+            assert window.events == whole.events[len(whole.events) - len(window.events) :]
+            if n >= 5:  # it reaches back to the summary
+                assert window.events[0] == lead
+
+        RECEIVED.clear()
+        await turn(runner_of(fresh), session.id, "four")
+        request = RECEIVED[0]
+        assert_paired(request)
+        texts = [part.text for content in request for part in content.parts or [] if part.text]
+        assert texts[0] == "SUMMARY of 10"
+        assert "one" not in texts and "two" not in texts and "three" in texts
+
+    env.run(scenario())
+
+
+def test_a_second_compaction_chains_and_exclude_leaves_the_summary_out(env: AdapterEnv) -> None:
+    async def scenario() -> None:
+        service = service_of(env)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        appended: list[Event] = []
+        for i in range(6):
+            event = Event(author="user" if i % 2 == 0 else "calc", content=text(f"m{i}"))
+            appended.append(await service.append_event(session, event))
+        app_id = history_app_id(APP, USER, session.id)
+        sync = env.sync_store()
+        assert sync.compact(app_id, summarize, keep_last_messages=4).compacted
+        assert sync.compact(app_id, summarize, keep_last_messages=2).compacted
+        for config in (None, GetSessionConfig(num_recent_events=3)):
+            got = await service_of(env).get_session(
+                app_name=APP, user_id=USER, session_id=session.id, config=config
+            )
+            assert got is not None
+            compaction = got.events[0].actions.compaction
+            assert compaction is not None and compaction.compacted_content.parts is not None
+            assert compaction.compacted_content.parts[0].text == "SUMMARY of 3"  # 1 + 2 rows
+            assert compaction.start_timestamp == appended[0].timestamp  # the chain's start
+            assert compaction.end_timestamp == appended[3].timestamp
+            assert [e.id for e in got.events[1:]] == [e.id for e in appended[4:]]
+
+        excluding = MemoryStore(env.settings().model_copy(update={"summary_role": "exclude"}))
+        try:
+            for config in (None, GetSessionConfig(num_recent_events=3)):
+                got = await MemstoreSessionService(excluding).get_session(
+                    app_name=APP, user_id=USER, session_id=session.id, config=config
+                )
+                assert got is not None
+                assert [e.id for e in got.events] == [e.id for e in appended[4:]]
+        finally:
+            excluding.close()
+
+    env.run(scenario())

@@ -5,6 +5,7 @@ framework message in ``metadata`` may repeat those texts, so it is never refused
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,96 @@ def test_metadata_beyond_its_limit_and_the_texts_is_still_refused(env: AdapterEn
     store.append(
         f"m-{uuid.uuid4().hex[:8]}", [UserMessage(text=padding, metadata={"copy": padding})]
     )
+
+
+def test_the_langchain_middleware_keeps_a_large_tool_result(env: AdapterEnv) -> None:
+    pytest.importorskip("langchain")
+    from langchain.agents import create_agent
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    from memstore.adapters.langchain import MemstoreMiddleware
+    from tests.adapters.lc_agents import ProviderLikeModel
+
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        return BIG
+
+    app = f"mw-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": app}}
+    payload: Any = {"messages": [{"role": "user", "content": "read big.txt"}]}
+
+    def run(model: ProviderLikeModel) -> None:
+        agent = create_agent(model, [read], middleware=[MemstoreMiddleware(env.store())])
+        if env.is_async:
+            env.run(agent.ainvoke(payload, config))
+        else:
+            agent.invoke(payload, config)
+
+    run(ProviderLikeModel([[("read", {"path": "big.txt"})], "it is long"]))
+    stored = env.sync_store().load_window(app, 50)
+    assert [type(m).__name__ for m in stored] == [
+        "UserMessage",
+        "AiMessage",
+        "ToolResult",
+        "AiMessage",
+    ]
+    assert isinstance(stored[2], ToolResult) and stored[2].text == BIG
+    # a new process sees the result, not an interrupted call
+    later = ProviderLikeModel(["still long"])
+    run(later)
+    seen = [m for m in later.requests[0] if isinstance(m, ToolMessage)]
+    assert [m.content for m in seen] == [BIG]
+
+
+def test_pydantic_ai_keeps_a_large_tool_result(env: AdapterEnv) -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from memstore.adapters.pydantic_ai import MemstoreConversationStore
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if isinstance(last, ModelRequest) and any(
+            isinstance(part, ToolReturnPart) for part in last.parts
+        ):
+            return ModelResponse(parts=[TextPart(content="it is long")])
+        return ModelResponse(parts=[ToolCallPart("read", {"path": "big.txt"}, tool_call_id="c1")])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        return BIG
+
+    conversation_id = f"pa-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        store = MemstoreConversationStore(env.store())
+        result = await agent.run(
+            "read big.txt", conversation=Conversation(conversation_id=conversation_id)
+        )
+        await store.save(result)
+        loaded = await MemstoreConversationStore(env.store()).load(conversation_id)
+        assert loaded is not None
+        returns = [
+            part
+            for message in loaded.messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        assert [part.content for part in returns] == [BIG]
+
+    env.run(scenario())

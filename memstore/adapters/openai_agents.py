@@ -23,8 +23,9 @@ database (``memstore show --original``, export).
 
 Semantics are the SDK's: ``get_items()`` returns every item in the order added,
 ``get_items(limit)`` the latest ``limit`` items in chronological order (the default limit comes
-from ``session_settings.limit``; ``limit <= 0`` gives ``[]``), ``pop_item()`` removes and
-returns the newest item (``None`` when empty), ``clear_session()`` removes everything.
+from ``session_settings.limit``; ``limit=0`` gives ``[]`` and a negative limit every item, as
+the SDK's SQLite sessions do), ``pop_item()`` removes and returns the newest item (``None``
+when empty), ``clear_session()`` removes everything.
 
 Each item is one row of the original history (``session_id`` is the app id), the item itself
 (exactly as given, JSON) in ``metadata["openai_agents_item"]``, so every item type round-trips
@@ -188,7 +189,9 @@ class MemstoreSession(SessionABC):
 
         Args:
             limit: the latest ``limit`` items only (still oldest first); ``None`` uses
-                ``session_settings.limit``, and when that is ``None`` too every item. With
+                ``session_settings.limit``, and when that is ``None`` too every item; ``0``
+                no item, a negative limit every item (as the SDK's sessions: SQLite's
+                ``LIMIT -1``). With
                 ``keep_reasoning_with_calls``, a ``function_call`` first item brings the
                 reasoning before it (more than ``limit`` items).
 
@@ -197,9 +200,12 @@ class MemstoreSession(SessionABC):
         """
         wanted = self._default_limit() if limit is None else limit
         if wanted is not None:
-            # any int up to the window bound; zero and negatives mean "no items", as in the SDK
+            # any int up to the window bound; zero means "no items" and a negative limit
+            # every item, as in the SDK's sessions (SQLite's ``LIMIT -1``)
             bounded_int(wanted, "limit", minimum=-MAX_ROW_ID, maximum=MAX_WINDOW_MESSAGES)
-        if wanted is not None and wanted <= 0:
+            if wanted < 0:
+                wanted = None
+        if wanted == 0:
             return []
         rows: list[StoredMessage] | None = None
         page = 0 if wanted is None else wanted + _PAGE_EXTRA

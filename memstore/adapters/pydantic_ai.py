@@ -59,7 +59,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter
@@ -98,6 +98,7 @@ from memstore.adapters._history import (
     insert_messages,
     opaque,
 )
+from memstore.core.check import REPAIR_MARK
 from memstore.core.crypto import ORIGINAL_PAYLOAD, RowCipher, is_sealed
 from memstore.core.id_order import newest_of
 from memstore.core.inputs import normalize_app_id
@@ -113,7 +114,7 @@ from memstore.core.reasoning import (
     responses_reasoning,
 )
 from memstore.core.rows import open_payload
-from memstore.core.window import StoredMessage, is_synthetic, select_window
+from memstore.core.window import StoredMessage, Window, is_synthetic, select_window
 from memstore.messages import (
     AiMessage,
     Message,
@@ -132,6 +133,9 @@ from memstore.sql.schema import conversation_entries as entries_table
 from memstore.sql.schema import conversations as records_table
 from memstore.sql.schema import original
 from memstore.store import MemoryStore
+
+if TYPE_CHECKING:  # pydantic-ai-slim >= 2.78: titles and metadata (``update``)
+    from pydantic_ai.conversation_store import ConversationDetails
 
 PYDANTIC_AI_KEY = "pydantic_ai"
 """The ``metadata`` key holding a row's pydantic-ai parts and its message's other fields."""
@@ -349,14 +353,20 @@ def messages_to_entries(
     """Regroup a window's rows into entries (the rows of one entry form its message).
 
     Rows written by other means than this adapter are skipped. With ``synthesize``, the
-    synthetic interrupted results of one tool group become one ``ModelRequest`` entry of their
-    own (id ``memstore-interrupted-<previous entry id>``), unless they answer calls of the
-    newest response (a paused run may still be waiting on those calls).
+    synthetic interrupted results of one tool group (and the answers ``memstore check
+    --repair`` stored for its calls) become one ``ModelRequest`` entry of their own (id
+    ``memstore-interrupted-<previous entry id>``), unless they answer calls of the newest
+    response (a paused run may still be waiting on those calls); results for calls this
+    adapter did not write are skipped like their calls.
     """
     pending: list[_Building | list[ToolResult]] = []
+    called: set[str] = set()
+    """Call ids of this adapter's responses: only those get a synthetic return."""
     for message in messages:
         data = message.metadata.get(PYDANTIC_AI_KEY)
         if isinstance(data, dict):
+            if isinstance(message, AiMessage):
+                called.update(call.id for call in message.tool_requests)
             parts = {index: part for index, part in data["parts"]}
             earlier = next(
                 (
@@ -370,7 +380,12 @@ def messages_to_entries(
                 earlier.parts.update(parts)
             else:
                 pending.append(_Building(data["entry"], data["parent"], data["message"], parts))
-        elif synthesize and isinstance(message, ToolResult) and is_synthetic(message):
+        elif (
+            synthesize
+            and isinstance(message, ToolResult)
+            and message.id in called
+            and (is_synthetic(message) or REPAIR_MARK in message.metadata)
+        ):
             if pending and isinstance(pending[-1], list):
                 pending[-1].append(message)
             else:
@@ -500,16 +515,63 @@ def _swap_record(conn: Connection, record: ConversationRecord, expected: str | N
         except IntegrityError as error:  # a concurrent first save of the same id won
             raise ConversationConflict(conversation_id) from error
         return
-    changed = conn.execute(
-        records_table.update()
-        .where(
-            records_table.c.conversation_id == conversation_id,
-            records_table.c.revision == expected,
-        )
-        .values(**_record_values(record))
-    ).rowcount
-    if changed != 1:
-        raise ConversationConflict(conversation_id)
+    # The title and metadata are ``write_details``'s: a save keeps the stored ones.
+    _replace_record(
+        conn,
+        conversation_id,
+        expected,
+        lambda stored: dataclasses.replace(
+            record, **{key: getattr(stored, key) for key in _DETAILS}
+        ),
+    )
+
+
+_DETAILS = tuple(
+    key for key in ("title", "metadata") if key in ConversationRecord.__dataclass_fields__
+)
+"""The record fields ``write_details`` writes (none before pydantic-ai-slim 2.78)."""
+
+_SWAP_TRIES = 8
+
+
+def _replace_record(
+    conn: Connection,
+    conversation_id: str,
+    expected_revision: str,
+    change: Callable[[ConversationRecord], ConversationRecord],
+) -> ConversationRecord:
+    """Replace the stored record of ``expected_revision`` with ``change(stored)``.
+
+    The update compares the whole stored record too, so a concurrent ``write_details`` (which
+    keeps the revision) is never undone: the change is made again on what it wrote.
+
+    Raises:
+        ConversationConflict: no record of ``expected_revision`` is stored.
+    """
+    for _ in range(_SWAP_TRIES):
+        text = conn.execute(
+            sa.select(records_table.c.record)
+            .where(
+                records_table.c.conversation_id == conversation_id,
+                records_table.c.revision == expected_revision,
+            )
+            .with_for_update()
+        ).scalar()
+        if text is None:
+            break
+        updated = change(_RECORD.validate_json(text))
+        changed = conn.execute(
+            records_table.update()
+            .where(
+                records_table.c.conversation_id == conversation_id,
+                records_table.c.revision == expected_revision,
+                records_table.c.record == text,
+            )
+            .values(**_record_values(updated))
+        ).rowcount
+        if changed == 1:
+            return updated
+    raise ConversationConflict(conversation_id)
 
 
 def _archive_after(conn: Connection, app_id: str, depth: int, cipher: RowCipher) -> None:
@@ -765,6 +827,49 @@ class MemstoreConversationStore(ConversationStore):
         else:
             store._cache_append(app_id, cache_entries, step)
 
+    async def write_details(
+        self,
+        conversation_id: str,
+        details: ConversationDetails,
+        *,
+        expected_revision: str,
+        expected: ConversationDetails | None = None,
+    ) -> ConversationRecord:
+        """Replace the record's ``title`` or ``metadata`` (the keys of ``details``), keeping its
+        revision and ``updated_at``, if it still has ``expected_revision`` and the ``expected``
+        values; a save keeps what this writes.
+
+        Raises:
+            ConversationConflict: no record with ``expected_revision`` and the ``expected``
+                values is stored (nothing is written).
+        """
+        return await self._write(
+            self._write_details_sync,
+            conversation_id,
+            dict(details),
+            expected_revision,
+            dict(expected or {}),
+        )
+
+    def _write_details_sync(
+        self,
+        conversation_id: str,
+        details: dict[str, Any],
+        expected_revision: str,
+        expected: dict[str, Any],
+    ) -> ConversationRecord:
+        unknown = sorted(set(details) - set(_DETAILS)) + sorted(set(expected) - set(_DETAILS))
+        if unknown:
+            raise NotImplementedError(f"a conversation record has no {unknown[0]!r} to write")
+
+        def change(stored: ConversationRecord) -> ConversationRecord:
+            if any(getattr(stored, key) != value for key, value in expected.items()):
+                raise ConversationConflict(conversation_id)
+            return dataclasses.replace(stored, **details)
+
+        with translated_errors("updating a conversation"), self._sync().engine.begin() as conn:
+            return _replace_record(conn, conversation_id, expected_revision, change)
+
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         """Delete the record, its entry locations, and the rows of its app and archives.
 
@@ -837,28 +942,47 @@ class MemstoreConversationStore(ConversationStore):
             if not _starts_at_root(conn, head.app_id):
                 return self._walk_history(conn, head, limit, store.cipher)
             lowest = 0 if limit is None else max(0, head.depth - limit + 1)
-            wanted = int(
-                conn.execute(
-                    sa.select(sa.func.sum(entries_table.c.row_count)).where(
-                        entries_table.c.app_id == head.app_id,
-                        entries_table.c.depth >= lowest,
-                        entries_table.c.depth <= head.depth,
-                    )
-                ).scalar()
-                or 1
-            )
+            total, first_row = conn.execute(
+                sa.select(
+                    sa.func.sum(entries_table.c.row_count), sa.func.min(entries_table.c.first_row)
+                ).where(
+                    entries_table.c.app_id == head.app_id,
+                    entries_table.c.depth >= lowest,
+                    entries_table.c.depth <= head.depth,
+                )
+            ).one()
+            wanted = int(total or 1)
             bound = head.last_row + 1
-            if lowest == 0:  # the whole path: every row, edge-checked as one window
-                rows = _newest_rows(conn, head.app_id, wanted, bound, store.cipher)
-                window = select_window(rows, _WHOLE, history_complete=True)
-                return messages_to_entries(window.messages, synthesize=limit is not None)
 
-            def fetch(request: RowRequest) -> list[StoredMessage]:
-                before = bound if request.before_id is None else min(request.before_id, bound)
-                return _newest_rows(conn, head.app_id, request.limit, before, store.cipher)
+            def read(size: int) -> Window:
+                if lowest == 0:  # the whole path: every row, edge-checked as one window
+                    rows = _newest_rows(conn, head.app_id, size, bound, store.cipher)
+                    return select_window(rows, _WHOLE, history_complete=True)
 
-            window = run_steps(window_steps(wanted, start_at_user=False), fetch)
-        return messages_to_entries(window.messages)
+                def fetch(request: RowRequest) -> list[StoredMessage]:
+                    before = bound if request.before_id is None else min(request.before_id, bound)
+                    return _newest_rows(conn, head.app_id, request.limit, before, store.cipher)
+
+                return run_steps(window_steps(size, start_at_user=False), fetch)
+
+            # A window of ``wanted`` messages can miss the path's oldest rows: rows this
+            # adapter did not write may sit between them (the store's own appends, another
+            # adapter, ``memstore check --repair`` answers), and the synthetic returns the edge
+            # check adds count as messages. Read again with room for those until no more turn
+            # up (one read when there are none).
+            room = 0
+            while True:
+                window = read(wanted + room)
+                extra = sum(
+                    1
+                    for message, row_id in zip(window.messages, window.ids, strict=False)
+                    if is_synthetic(message)
+                    or (row_id >= (first_row or 0) and PYDANTIC_AI_KEY not in message.metadata)
+                )
+                if extra <= room:
+                    break
+                room = extra
+        return messages_to_entries(window.messages, synthesize=limit is not None)
 
     @staticmethod
     def _walk_history(

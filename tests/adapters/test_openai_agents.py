@@ -218,7 +218,7 @@ def test_limit_returns_the_latest_items_chronologically(env: AdapterEnv, app_id:
         assert await session.get_items(limit=40) == items
         assert await session.get_items(limit=1000) == items
         assert await session.get_items(limit=0) == []
-        assert await session.get_items(limit=-1) == []
+        assert await session.get_items(limit=-1) == items  # as the SDK: SQLite's LIMIT -1
         assert await session.get_items() == items
 
     env.run(scenario())

@@ -32,6 +32,8 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from memstore.adapters.pydantic_ai import ARCHIVE_PREFIX, MemstoreConversationStore
 from memstore.cache.keys import app_keys
 from memstore.errors import MissingExtraError
+from memstore.messages import AiMessage, Message, UserMessage
+from memstore.operations import repair_app
 from memstore.sql.schema import conversation_entries, conversations, display, original
 from tests.adapters.conftest import AdapterEnv
 from tests.conftest import redis_client
@@ -575,5 +577,97 @@ def test_an_operator_purge_removes_the_conversation_record(env: AdapterEnv, app_
         again = await store_of(env).load(app_id)
         assert again is not None
         assert_paired(again.messages)
+
+    env.run(scenario())
+
+
+# -- rows the adapter did not write ----------------------------------------------------------------
+
+
+async def append_foreign(env: AdapterEnv, app_id: str) -> None:
+    """Rows written to the app through the store itself, as another adapter would."""
+    sync = env.sync_store()
+    rows: list[Message] = [
+        UserMessage(text="written elsewhere"),
+        AiMessage(text="answered elsewhere"),
+    ]
+    await asyncio.to_thread(sync.append, app_id, rows)
+
+
+def test_rows_written_through_the_store_leave_the_conversation_whole(
+    env: AdapterEnv, app_id: str
+) -> None:
+    """Issue item 8: rows the adapter did not write (before the conversation and between its
+    turns) took the places of its oldest rows in a read: ``load`` dropped the first message and
+    a save comparing the history duplicated it on a spurious branch."""
+    agent = make_agent(Script())
+
+    async def scenario() -> None:
+        await append_foreign(env, app_id)  # before the first save
+        store = store_of(env)
+        await run_turns(agent, store, app_id, ["one"])
+        await append_foreign(env, app_id)  # between two turns
+        saved = await run_turns(agent, store, app_id, ["two"])
+        fresh = store_of(env)
+        loaded = await fresh.load(app_id)
+        assert loaded is not None and loaded.messages == saved.messages
+        for k in range(1, len(saved.messages) + 1):
+            window = await fresh.load(app_id, limit=k)
+            assert window is not None
+            assert window.messages[-k:] == saved.messages[-k:]
+            assert_paired(window.messages)
+        # a conversation that does not know which messages are stored (say, serialized and
+        # read back) is compared with the stored history: nothing is new, nothing branched
+        rebuilt = Conversation(
+            conversation_id=app_id, messages=list(saved.messages), revision=loaded.revision
+        )
+        assert await fresh.save(rebuilt) == []
+        record = await fresh.read_record(app_id)
+        assert record is not None and record.branches == []
+        after = await store_of(env).load(app_id)
+        assert after is not None and after.messages == saved.messages
+
+    env.run(scenario())
+
+
+def test_a_history_repaired_by_check_keeps_every_message(env: AdapterEnv, app_id: str) -> None:
+    """``memstore check --repair`` stores an answer for a call a run left unanswered: the
+    conversation still loads whole, a later turn continues it, and a window shows the
+    answer as the call's return."""
+    call = ToolCallPart("add", '{"a": 1}', tool_call_id="died")
+    first: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("one")]),
+        ModelResponse(parts=[call]),
+    ]
+    later: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("two")]),
+        ModelResponse(parts=[TextPart("two done")]),
+    ]
+
+    async def scenario() -> None:
+        store = store_of(env)
+        await store.save(Conversation(conversation_id=app_id, messages=list(first)))
+        repaired = await asyncio.to_thread(repair_app, env.sync_store(), app_id)
+        assert repaired.repaired is not None and len(repaired.repaired.answers) == 1
+        loaded = await store_of(env).load(app_id)
+        assert loaded is not None and loaded.messages == first
+        loaded.messages.extend(later)
+        await store.save(loaded)
+        whole = await store_of(env).load(app_id)
+        assert whole is not None and whole.messages == [*first, *later]
+        record = await store.read_record(app_id)
+        assert record is not None and record.branches == []
+        rebuilt = Conversation(
+            conversation_id=app_id, messages=list(whole.messages), revision=whole.revision
+        )
+        assert await store.save(rebuilt) == []
+        window = await store_of(env).load(app_id, limit=10)
+        assert window is not None
+        assert_paired(window.messages, open_tail=False)
+        answer = window.messages[2]
+        assert isinstance(answer, ModelRequest)
+        (part,) = answer.parts
+        assert isinstance(part, ToolReturnPart) and part.tool_call_id == "died"
+        assert [m for m in window.messages if m is not answer] == [*first, *later]
 
     env.run(scenario())

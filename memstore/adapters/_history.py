@@ -42,7 +42,8 @@ import json
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeGuard, TypeVar, Union
@@ -70,7 +71,12 @@ from memstore.messages import AiMessage, Message, SystemMessage, ToolRequest, To
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.admin import ROW_PAGE, iter_history
-from memstore.sql.engine import is_memory_sqlite, sync_url, translated_errors
+from memstore.sql.engine import (
+    is_memory_sqlite,
+    sync_url,
+    translated_errors,
+    write_transaction,
+)
 from memstore.sql.generation import GenerationStep
 from memstore.sql.repository import (
     REQUEST_SCAN_PAGE,
@@ -89,11 +95,45 @@ from memstore.store import MemoryStore
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
     from memstore.aio import AsyncMemoryStore
 
 # The async store needs the ``async`` extra: adapters name it lazily (see is_async_store).
 Store: TypeAlias = Union[MemoryStore, "AsyncMemoryStore"]
 """What the adapters accept as ``store``."""
+
+
+@contextmanager
+def app_transaction(store: MemoryStore, app_id: str, action: str) -> Iterator[Connection]:
+    """One write transaction of an adapter on the app's rows, driver errors translated
+    (``action`` names the write). When its commit's outcome is unknown, the app's cached
+    window is dropped before :class:`~memstore.errors.CommitOutcomeUnknownError` goes on, as
+    for the store's own appends."""
+    try:
+        with translated_errors(action), write_transaction(store.engine) as conn:
+            yield conn
+    except CommitOutcomeUnknownError as error:
+        error.app_id = app_id
+        store.memory(app_id).invalidate()
+        raise
+
+
+@asynccontextmanager
+async def aapp_transaction(
+    store: AsyncMemoryStore, app_id: str, action: str
+) -> AsyncIterator[AsyncConnection]:
+    """:func:`app_transaction` on an async store."""
+    from memstore.sql.aio import awrite_transaction
+
+    try:
+        with translated_errors(action):
+            async with awrite_transaction(store.engine) as conn:
+                yield conn
+    except CommitOutcomeUnknownError as error:
+        error.app_id = app_id
+        await store.memory(app_id).invalidate()
+        raise
 
 
 def is_async_store(store: object) -> TypeGuard[AsyncMemoryStore]:
@@ -615,7 +655,7 @@ class StoreAccess:
         """Pop the newest row (see :func:`_pop_once`), then drop the app's cached window."""
         store = self.sync_store()
         while True:
-            with translated_errors("popping the newest message"), store.engine.begin() as conn:
+            with app_transaction(store, app_id, "popping the newest message") as conn:
                 attempt = _pop_once(conn, app_id, shrink, store.formatters, store.cipher)
             if attempt.done:
                 break
@@ -722,11 +762,10 @@ class StoreAccess:
     @staticmethod
     async def _apop(store: AsyncMemoryStore, app_id: str, shrink: Shrink) -> StoredMessage | None:
         while True:
-            with translated_errors("popping the newest message"):
-                async with store.engine.begin() as conn:
-                    attempt = await conn.run_sync(
-                        _pop_once, app_id, shrink, dict(store.formatters), store.cipher
-                    )
+            async with aapp_transaction(store, app_id, "popping the newest message") as conn:
+                attempt = await conn.run_sync(
+                    _pop_once, app_id, shrink, dict(store.formatters), store.cipher
+                )
             if attempt.done:
                 break
         if attempt.popped is not None:

@@ -37,7 +37,13 @@ import sqlalchemy as sa
 from langchain_core.messages import BaseMessage
 from sqlalchemy.engine import Connection
 
-from memstore.adapters._history import StoreAccess, insert_messages, is_async_store
+from memstore.adapters._history import (
+    StoreAccess,
+    aapp_transaction,
+    app_transaction,
+    insert_messages,
+    is_async_store,
+)
 from memstore.adapters._lc_pending import pending, stored_message_ids
 from memstore.adapters.langchain import to_canonical
 from memstore.core.crypto import RowCipher
@@ -185,7 +191,7 @@ def _write_sync(
         attempt += 1
         store._ensure_lease()  # before the transaction: a renewal never waits on its locks
         try:
-            with translated_errors("mirroring messages"), store.engine.begin() as conn:
+            with app_transaction(store, app_id, "mirroring messages") as conn:
                 ids, entries, step, others = _insert_checked(
                     conn, store, app_id, user_id, batch, mark, presume
                 )
@@ -276,11 +282,10 @@ async def _awrite(
         attempt += 1
         await store._ensure_lease()
         try:
-            with translated_errors("mirroring messages"):
-                async with store.engine.begin() as conn:
-                    ids, entries, step, others = await conn.run_sync(
-                        _insert_checked, store, app_id, user_id, batch, mark, presume
-                    )
+            async with aapp_transaction(store, app_id, "mirroring messages") as conn:
+                ids, entries, step, others = await conn.run_sync(
+                    _insert_checked, store, app_id, user_id, batch, mark, presume
+                )
         except UnknownToolCallError:
             if not presume:
                 raise

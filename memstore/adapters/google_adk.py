@@ -91,6 +91,7 @@ except ImportError as error:
 from memstore.adapters._history import (
     Store,
     StoreAccess,
+    app_transaction,
     distinct_requests,
     insert_messages,
     opaque,
@@ -727,12 +728,17 @@ class MemstoreSessionService(BaseSessionService):
     def _delete_sync(self, app_name: str, user_id: str, session_id: str) -> None:
         store = self._sync()
         app_id = history_app_id(app_name, user_id, session_id)
-        with translated_errors("deleting a session"), store.engine.begin() as conn:
-            conn.execute(adk_state.delete().where(_key("session", app_name, user_id, session_id)))
-            generation.bump(conn, app_id)  # in-process windows of other processes see it
-            for statement in purge_statements(app_id):
-                conn.execute(statement)
-        store._cache_update(lambda: store.cache.purge(app_id))  # stamped if Redis skipped it
+        try:
+            with translated_errors("deleting a session"), store.engine.begin() as conn:
+                key = _key("session", app_name, user_id, session_id)
+                conn.execute(adk_state.delete().where(key))
+                generation.bump(conn, app_id)  # in-process windows of other processes see it
+                for statement in purge_statements(app_id):
+                    conn.execute(statement)
+        finally:
+            # also when the delete failed: its commit may have gone through with the reply
+            # lost, and a window must never keep serving deleted text
+            store._cache_update(lambda: store.cache.purge(app_id))  # stamped if Redis skipped
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state (keys without the ``user:`` prefix)."""
@@ -806,7 +812,7 @@ class MemstoreSessionService(BaseSessionService):
         """One transaction of :meth:`_append_sync` (see ``insert_messages``'s ``presume``)."""
         key = _key("session", session.app_name, session.user_id, session.id)
         store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
-        with translated_errors("appending an event"), store.engine.begin() as conn:
+        with app_transaction(store, app_id, "appending an event") as conn:
             row = conn.execute(
                 sa.select(adk_state.c.state, adk_state.c.revision).where(key)
             ).first()

@@ -94,6 +94,7 @@ from memstore.adapters._history import (
     Store,
     StoreAccess,
     _newest_rows,
+    app_transaction,
     distinct_requests,
     insert_messages,
     opaque,
@@ -811,7 +812,7 @@ class MemstoreConversationStore(ConversationStore):
         cache_entries: list[Any] = []
         step: GenerationStep | None = None
         store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
-        with translated_errors("saving a conversation"), store.engine.begin() as conn:
+        with app_transaction(store, app_id, "saving a conversation") as conn:
             _swap_record(conn, record, expected_revision)
             tip = _app_tip(conn, app_id)
             moved = base != (tip.entry_id if tip is not None else None)
@@ -880,6 +881,21 @@ class MemstoreConversationStore(ConversationStore):
 
     def _delete_record_sync(self, conversation_id: str, expected_revision: str) -> None:
         store = self._sync()
+        apps = {conversation_id}
+        try:
+            self._delete_rows(store, conversation_id, expected_revision, apps)
+        finally:
+            # also when the delete failed: its commit may have gone through with the reply
+            # lost, and a window must never keep serving deleted text
+            for app_id in sorted(apps):
+                store._cache_update(partial(store.cache.purge, app_id))
+
+    @staticmethod
+    def _delete_rows(
+        store: MemoryStore, conversation_id: str, expected_revision: str, apps: set[str]
+    ) -> None:
+        """Delete the record and every row it owns in one transaction, adding to ``apps``
+        the apps rows were deleted from."""
         with translated_errors("deleting a conversation"), store.engine.begin() as conn:
             deleted = conn.execute(
                 records_table.delete().where(
@@ -889,21 +905,18 @@ class MemstoreConversationStore(ConversationStore):
             ).rowcount
             if deleted != 1:
                 raise ConversationConflict(conversation_id)
-            apps = set(
+            apps.update(
                 conn.execute(
                     sa.select(entries_table.c.app_id)
                     .where(entries_table.c.owner == conversation_id)
                     .distinct()
                 ).scalars()
             )
-            apps.add(conversation_id)
             conn.execute(entries_table.delete().where(entries_table.c.owner == conversation_id))
             for app_id in sorted(apps):
                 generation.bump(conn, app_id)  # in-process windows of other processes see it
                 for statement in purge_statements(app_id):
                     conn.execute(statement)
-        for app_id in sorted(apps):
-            store._cache_update(partial(store.cache.purge, app_id))
 
     # -- entries ---------------------------------------------------------------------------------
 

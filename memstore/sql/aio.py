@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import event
@@ -252,6 +252,23 @@ async def awrite_retrying(
                 raise commit_failed(engine.dialect.name, error, issued(result)) from error
             return result
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.asynccontextmanager
+async def awrite_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """:func:`memstore.sql.engine.write_transaction` on an async engine."""
+    async with engine.connect() as conn:
+        transaction = await conn.begin()
+        try:
+            yield conn
+        except BaseException:
+            if transaction.is_active:
+                await transaction.rollback()
+            raise
+        try:
+            await transaction.commit()
+        except SQLAlchemyError as error:
+            raise commit_failed(engine.dialect.name, error, ()) from error
 
 
 class AsyncSqlHistory:

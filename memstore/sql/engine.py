@@ -200,6 +200,25 @@ def write_retrying(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """``engine.begin()`` for a write: rolled back on any error, and a commit whose connection
+    is lost raises :class:`CommitInDoubt` (outcome unknown), not an error that means "not
+    written" (see :func:`commit_failed`)."""
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        try:
+            yield conn
+        except BaseException:
+            if transaction.is_active:
+                transaction.rollback()
+            raise
+        try:
+            transaction.commit()
+        except SQLAlchemyError as error:
+            raise commit_failed(engine.dialect.name, error, ()) from error
+
+
 def read_options(engine: Engine) -> dict[str, Any]:
     """Execution options for one-statement reads: autocommit on PostgreSQL, where it saves
     the ``BEGIN`` and ``ROLLBACK`` round trips (psycopg switches it client-side; a single

@@ -93,7 +93,6 @@ class TcpProxy:
             _close(source)
             _close(sink)
 
-
     def forward(self, data: bytes, from_client: bool, sink: socket.socket) -> bool:
         """Send ``data`` on; ``False`` ends the connection (a subclass may drop or cut)."""
         sink.sendall(data)

@@ -223,3 +223,50 @@ def test_the_adapters_settle_a_commit_in_doubt_and_store_the_messages_once(
         other.purge(app)
         writer.close()
         other.close()
+
+
+def test_an_adk_event_whose_commit_is_in_doubt_drops_the_window_and_is_never_stored_twice(
+    proxied: tuple[str, str, CommitCutter],
+) -> None:
+    pytest.importorskip("google.adk")
+    from google.adk.events.event import Event
+    from google.genai import types
+
+    from memstore.adapters.google_adk import MemstoreSessionService, history_app_id
+
+    direct_url, cut_url, cutter = proxied
+    other = MemoryStore(settings(direct_url))
+    user = f"u-{uuid.uuid4().hex[:6]}"
+
+    def said(text: str) -> Event:
+        return Event(
+            author="user", content=types.Content(role="user", parts=[types.Part(text=text)])
+        )
+
+    async def scenario() -> str:
+        writer = MemoryStore(settings(cut_url))
+        try:
+            service = MemstoreSessionService(writer)
+            session = await service.create_session(app_name="doubt", user_id=user)
+            await service.append_event(session, said("first"))
+            app = history_app_id("doubt", user, session.id)
+            assert [m.text for m in other.memory(app).messages()] == ["first"]  # cached
+            cutter.arm("reply_lost")
+            with pytest.raises(CommitOutcomeUnknownError) as caught:
+                await service.append_event(session, said("second"))
+            assert caught.value.app_id == app
+            # the event was committed: no instance serves the window without it
+            assert [m.text for m in other.memory(app).messages()] == ["first", "second"]
+            # a retry on the same session object is refused, never stored twice
+            with pytest.raises(ValueError):
+                await service.append_event(session, said("second"))
+            return app
+        finally:
+            writer.close()
+
+    app = asyncio.run(scenario())
+    try:
+        assert texts(other, app) == ["first", "second"]
+    finally:
+        other.purge(app)
+        other.close()

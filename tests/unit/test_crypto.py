@@ -185,9 +185,7 @@ def test_missing_cryptography_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.parametrize(("spec", "words"), [("k2:", "is empty"), ("k2:QUJD", "is 3 bytes")])
-def test_a_key_of_the_wrong_size_says_what_it_got_and_what_is_needed(
-    spec: str, words: str
-) -> None:
+def test_a_key_of_the_wrong_size_says_what_it_got_and_what_is_needed(spec: str, words: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         Settings(encryption_keys=spec)
     assert words in str(caught.value) and "32 random bytes" in str(caught.value)

@@ -175,14 +175,14 @@ def test_import_langchain_sql_resumes_after_interruption(
             raise KeyboardInterrupt  # Ctrl-C between sessions
         return real(*args)
 
-    monkeypatch.setattr("memstore.cli.import_session", stop_at_second)
+    monkeypatch.setattr("memstore.cli.transfer.import_session", stop_at_second)
     cut = run_import(source, "--from", "langchain-sql", "--database-url", target)
     assert cut.exit_code == 1
     assert "interrupted after 1 of 3 sessions" in cut.stderr
     assert "a -> a: 6 messages" in cut.stdout
     assert row_counts(store.engine, ["a", "b", "c"]) == [(6, 2), (0, 0), (0, 0)]
 
-    monkeypatch.setattr("memstore.cli.import_session", real)
+    monkeypatch.setattr("memstore.cli.transfer.import_session", real)
     rest = run_import(source, "--from", "langchain-sql", "--database-url", target)
     assert rest.exit_code == 0, rest.output
     assert "a -> a: already imported, skipped" in rest.stdout

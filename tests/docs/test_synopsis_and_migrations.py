@@ -13,7 +13,7 @@ def test_the_cli_synopsis_names_every_command() -> None:
     synopsis = next(block for block in blocks(DOCS / "cli.md") if block.lang == "bash")
     named = set(re.findall(r"^memstore ([a-z-]+)", synopsis.source, flags=re.MULTILINE))
     named.discard("--version")
-    assert named == set(cli.commands), "docs/cli.md's synopsis drifted from memstore/cli.py"
+    assert named == set(cli.commands), "docs/cli.md's synopsis drifted from memstore/cli/"
 
 
 def test_the_migrations_table_has_one_row_per_revision() -> None:

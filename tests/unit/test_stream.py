@@ -515,11 +515,18 @@ def test_a_multi_delta_chunk_is_atomic() -> None:
 
 def test_docstring_examples_run() -> None:
     import doctest
+    import importlib
+    import pkgutil
 
     import memstore.core.stream
 
-    outcome = doctest.testmod(memstore.core.stream)
-    assert outcome.attempted > 0 and outcome.failed == 0
+    package = memstore.core.stream
+    modules = [package] + [
+        importlib.import_module(info.name)
+        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}.")
+    ]
+    outcomes = [doctest.testmod(module) for module in modules]
+    assert sum(o.attempted for o in outcomes) > 0 and sum(o.failed for o in outcomes) == 0
 
 
 # -- results and messages the store would refuse (issue 9, item 1) ----------------------------

@@ -20,7 +20,7 @@ from memstore.core.window import StoredMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.repository import oldest_first_query, rows_to_messages
-from memstore.sql.schema import display, original, tool_executions
+from memstore.sql.schema import adk_state, display, original, tool_executions
 
 APP_PAGE = 500
 ROW_PAGE = 2000
@@ -116,8 +116,9 @@ def purge_user(
 ) -> tuple[RowCounts, list[str]]:
     """Hard-delete every row written with ``user_id`` in both tables, and the compaction
     summaries that cover any of them (a summary is written from the user's messages but
-    carries no user id; the other users' messages it covers stay); return the counts and
-    every app a row was deleted from (their cached windows must go).
+    carries no user id; the other users' messages it covers stay), and the user's Google ADK
+    ``user:`` and session state; return the counts and every app a row was deleted from
+    (their cached windows must go).
 
     Each transaction lists the user's apps, locks them (the generation bump: writers to them
     wait) and deletes the user's rows of those apps only, so the apps returned are exactly
@@ -153,6 +154,14 @@ def purge_user(
                     )
                 ).rowcount
             apps.update(touched)
+        with engine.begin() as conn:
+            # the Google ADK adapter's user and session state of the user (its app state,
+            # shared by every user, stays)
+            conn.execute(
+                adk_state.delete().where(
+                    adk_state.c.user_id == user_id, adk_state.c.scope.in_(("user", "session"))
+                )
+            )
     return RowCounts(originals, displays), sorted(apps)
 
 

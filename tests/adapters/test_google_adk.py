@@ -641,3 +641,49 @@ def test_a_second_compaction_chains_and_exclude_leaves_the_summary_out(env: Adap
             excluding.close()
 
     env.run(scenario())
+
+
+def test_purge_by_user_erases_the_users_adk_state(env: AdapterEnv) -> None:
+    """``memstore purge --user-id`` erases the user's ``user:`` and session state with the
+    rows; the app state and the other users' state stay."""
+    from memstore.operations import purge_user
+
+    app = f"erase-{uuid.uuid4().hex[:6]}"
+    gone, kept = f"gone-{uuid.uuid4().hex[:6]}", f"kept-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> None:
+        service = MemstoreSessionService(env.store())
+        for user in (gone, kept):
+            await service.create_session(
+                app_name=app,
+                user_id=user,
+                session_id="s1",
+                state={"app:shared": 1, "user:address": f"{user} street", "notes": "private"},
+            )
+            await service.append_event(
+                await service.get_session(app_name=app, user_id=user, session_id="s1"),  # type: ignore[arg-type]
+                Event(
+                    author="user",
+                    content=types.Content(role="user", parts=[types.Part(text="my secret")]),
+                ),
+            )
+        purge_user(env.sync_store(), gone)
+        fresh = MemstoreSessionService(env.store())
+        assert await fresh.get_session(app_name=app, user_id=gone, session_id="s1") is None
+        assert await fresh.get_user_state(app_name=app, user_id=gone) == {}
+        other = await fresh.get_session(app_name=app, user_id=kept, session_id="s1")
+        assert other is not None
+        assert other.state == {
+            "app:shared": 1,
+            "user:address": f"{kept} street",
+            "notes": "private",
+        }
+        assert [e.content.parts[0].text for e in other.events] == ["my secret"]  # type: ignore[union-attr,index]
+        with env.sync_store().engine.connect() as conn:
+            left = conn.execute(
+                sa.select(sa.func.count()).select_from(adk_state).where(adk_state.c.user_id == gone)
+            ).scalar_one()
+        assert left == 0
+        await fresh.delete_session(app_name=app, user_id=kept, session_id="s1")
+
+    env.run(scenario())

@@ -54,7 +54,8 @@ from memstore.messages import parse_message
 from memstore.sql import generation
 from memstore.sql.engine import ENGINE_OPTIONS, make_engine, read_options
 from memstore.sql.fastread import read_rows, splits_summary, window_read
-from memstore.sql.repository import SqlHistory, rows_to_messages, window_rows_statement
+from memstore.sql.queries import rows_to_messages, window_rows_statement
+from memstore.sql.repository import SqlHistory
 
 WINDOW = 50
 

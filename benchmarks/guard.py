@@ -36,7 +36,7 @@ from memstore import AiMessage, MemoryStore, Message, Settings, ToolRequest, Too
 from memstore.core.fingerprint import canonical_arguments, decide_no_progress
 from memstore.core.loader import RowRequest
 from memstore.guard import LoopGuard
-from memstore.sql.repository import newest_rows_query, rows_to_messages
+from memstore.sql.queries import newest_rows_query, rows_to_messages
 from memstore.sql.schema import original
 
 ARGUMENTS = '{"path": "src/memstore/guard.py", "start_line": 120, "end_line": 180, "raw": false}'

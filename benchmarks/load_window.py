@@ -44,7 +44,7 @@ from memstore import MemoryStore, Settings
 from memstore.core.loader import RowRequest
 from memstore.core.rows import decode_payload
 from memstore.messages import Message
-from memstore.sql.repository import newest_rows_query
+from memstore.sql.queries import newest_rows_query
 from memstore.sql.schema import original
 
 WINDOW = 50

@@ -5,6 +5,7 @@ memory window per app, and a loader whose edge check keeps tool requests and the
 together, so the window is always one OpenAI, Anthropic and LangChain4j accept.
 """
 
+from memstore._version import __version__
 from memstore.collector import TurnCollector
 from memstore.config import Settings
 from memstore.errors import (
@@ -57,8 +58,6 @@ from memstore.reports import (
     ReloadReport,
 )
 from memstore.store import ChatMemory, MemoryStore
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:

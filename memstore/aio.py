@@ -107,7 +107,7 @@ from memstore.sql.export import IMPORT_BATCH, import_report
 from memstore.sql.generation import GenerationStep
 from memstore.sql.inline_read import InlineSqliteReads
 from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
-from memstore.sql.repository import ChainCheck
+from memstore.sql.queries import ChainCheck
 from memstore.sql.schema import display, original
 from memstore.store_base import (
     StoreBase,
@@ -737,7 +737,7 @@ class AsyncMemoryStore(StoreBase):
     ) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`memstore.MemoryStore.export` (an async iterator here)."""
         self._watch_loop()
-        from memstore import __version__
+        from memstore._version import __version__
 
         apps = None if app_ids is None else normalize_app_ids(app_ids)
         user = normalize_user_id(user_id)

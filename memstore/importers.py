@@ -45,7 +45,7 @@ from memstore.errors import InvalidInputError, InvalidMessageError
 from memstore.messages import Message
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app, newest_id_query
+from memstore.sql.queries import in_app, newest_id_query
 from memstore.sql.schema import display, original
 from memstore.store import MemoryStore
 

@@ -121,7 +121,7 @@ def otel_listener(
             from opentelemetry import metrics as otel_metrics
         except ImportError as error:
             raise missing_extra("OpenTelemetry export", "otel", error) from error
-        from memstore import __version__
+        from memstore._version import __version__
 
         meter = otel_metrics.get_meter("memstore", __version__)
     counters = _counters(meter)

@@ -27,7 +27,7 @@ from memstore.core.rows import original_row, seal_original
 from memstore.reports import PruneReport, ReloadReport
 from memstore.sql import admin, generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import newest_id_query
+from memstore.sql.queries import newest_id_query
 from memstore.sql.schema import original
 from memstore.store import RELOAD_BATCH, MemoryStore
 

@@ -97,7 +97,8 @@ from memstore.sql.export import (
 )
 from memstore.sql.generation import GenerationStep
 from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
-from memstore.sql.repository import ChainCheck, SqlHistory
+from memstore.sql.queries import ChainCheck
+from memstore.sql.repository import SqlHistory
 from memstore.sql.schema import display, original
 from memstore.store_base import (
     StoreBase,
@@ -800,7 +801,7 @@ class MemoryStore(StoreBase):
         Streamed page by page: memory stays flat whatever the size of an app. For a user, the
         loop-guard records are those answering the user's own tool requests.
         """
-        from memstore import __version__
+        from memstore._version import __version__
 
         apps = None if app_ids is None else normalize_app_ids(app_ids)
         user = normalize_user_id(user_id)

@@ -78,10 +78,9 @@ from memstore.sql.engine import (
     write_transaction,
 )
 from memstore.sql.generation import GenerationStep
-from memstore.sql.repository import (
+from memstore.sql.queries import (
     REQUEST_SCAN_PAGE,
     in_app,
-    insert_plan,
     latest_summary_query,
     newest_rows_query,
     oldest_first_query,
@@ -89,6 +88,7 @@ from memstore.sql.repository import (
     rows_to_messages,
     window_rows_statement,
 )
+from memstore.sql.repository import insert_plan
 from memstore.sql.schema import display, original
 from memstore.store import MemoryStore
 

@@ -34,8 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from langchain_core.messages import BaseMessage
 from sqlalchemy.engine import Connection
+
+from memstore.extras import missing_extra
+
+try:
+    from langchain_core.messages import BaseMessage
+except ImportError as error:
+    raise missing_extra(
+        "memstore.adapters.langgraph.MemstoreMirrorSaver", "langchain", error
+    ) from error
 
 from memstore.adapters._history import (
     StoreAccess,
@@ -44,8 +52,8 @@ from memstore.adapters._history import (
     insert_messages,
     is_async_store,
 )
+from memstore.adapters._lc_convert import to_canonical
 from memstore.adapters._lc_pending import pending, stored_message_ids
-from memstore.adapters.langchain import to_canonical
 from memstore.core.crypto import RowCipher
 from memstore.core.window import StoredMessage
 from memstore.errors import IdCollisionError, UnknownToolCallError, WorkerLeaseLostError
@@ -53,7 +61,7 @@ from memstore.shielding import finish
 from memstore.sql.admin import ROW_PAGE
 from memstore.sql.engine import translated_errors
 from memstore.sql.generation import GenerationStep
-from memstore.sql.repository import in_app, oldest_first_query, rows_to_messages
+from memstore.sql.queries import in_app, oldest_first_query, rows_to_messages
 from memstore.sql.schema import original
 from memstore.store import MemoryStore
 

@@ -31,7 +31,7 @@ except ImportError as error:
     ) from error
 
 from memstore.adapters._history import StoreAccess
-from memstore.adapters.langchain import (
+from memstore.adapters._lc_convert import (
     FOREIGN_KEY,
     LANGCHAIN_KEY,
     from_canonical,

@@ -114,7 +114,7 @@ from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolRe
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app, newest_first, purge_statements, rows_to_messages
+from memstore.sql.queries import in_app, newest_first, purge_statements, rows_to_messages
 from memstore.sql.schema import adk_state, original
 from memstore.store import MemoryStore
 

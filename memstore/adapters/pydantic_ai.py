@@ -129,7 +129,7 @@ from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.generation import GenerationStep
-from memstore.sql.repository import newest_id_query, purge_statements, rows_to_messages
+from memstore.sql.queries import newest_id_query, purge_statements, rows_to_messages
 from memstore.sql.schema import conversation_entries as entries_table
 from memstore.sql.schema import conversations as records_table
 from memstore.sql.schema import original

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from memstore import __version__
+from memstore._version import __version__
 from memstore.cli._bulk import Skipped, Terminated
 from memstore.cli._common import (
     EXIT_FINDINGS,

@@ -35,7 +35,7 @@ from memstore.guard.guarded_call import GuardedCall, ToolFailed, _not_run, _resu
 from memstore.guard.inputs import _arguments_text, _checked_name, _checked_text
 from memstore.guard.verdicts import Allow, AlreadySucceeded, BlockedNoProgress, Verdict
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app, newest_first
+from memstore.sql.queries import in_app, newest_first
 from memstore.sql.schema import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_TOOL_NAME_CHARS,

@@ -19,7 +19,7 @@ from memstore.core.summary import summary_info
 from memstore.core.window import StoredMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import oldest_first_query, rows_to_messages
+from memstore.sql.queries import oldest_first_query, rows_to_messages
 from memstore.sql.schema import adk_state, display, original, tool_executions
 
 APP_PAGE = 500

@@ -70,7 +70,7 @@ from memstore.sql.fastread import (
 )
 from memstore.sql.generation import GenerationStep
 from memstore.sql.inline_read import InlineSqliteReads
-from memstore.sql.repository import (
+from memstore.sql.queries import (
     NEWEST_IDS,
     REQUEST_SCAN_PAGE,
     ChainCheck,
@@ -81,10 +81,10 @@ from memstore.sql.repository import (
     purge_statements,
     request_scan_query,
     requested_ids_in,
-    was_committed,
     window_rows_statement,
     written_ids,
 )
+from memstore.sql.repository import was_committed
 from memstore.sql.schema import display, original
 
 _ASYNC_DRIVERS = {

@@ -46,7 +46,7 @@ from memstore.core.id_order import newest_of
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
-from memstore.sql.repository import (
+from memstore.sql.queries import (
     NEWEST_IDS,
     ONE_ROW,
     REQUEST_SCAN_PAGE,

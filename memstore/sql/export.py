@@ -24,7 +24,7 @@ from memstore.core.export import (
 from memstore.reports import ImportCounts, ImportReport
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app
+from memstore.sql.queries import in_app
 from memstore.sql.schema import display, original, tool_executions
 
 EXPORT_PAGE = 1000

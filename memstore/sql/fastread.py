@@ -38,6 +38,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from memstore.core.loader import LOOKAHEAD_ROWS, RowRequest
+from memstore.sql.queries import summary_statement, window_statement
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -91,7 +92,6 @@ def compile_read(statement: Any, dialect: Dialect, sample: dict[str, Any]) -> Co
 def _window_read(
     dialect: Dialect, before: bool, after: bool, summary: bool, limit: int | None
 ) -> CompiledRead:
-    from memstore.sql.repository import window_statement
 
     statement = window_statement(before, after, summary, limit)
     sample: dict[str, Any] = {"w_app": ""}
@@ -118,7 +118,6 @@ def lookahead_rows(dialect: Dialect) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _summary_read(dialect: Dialect) -> CompiledRead:
-    from memstore.sql.repository import summary_statement
 
     return compile_read(summary_statement(), dialect, {"w_app": ""})
 

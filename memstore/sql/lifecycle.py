@@ -1,6 +1,6 @@
 """Retention statements (prune): thin; the decision is :func:`memstore.core.retention.plan_prune`.
 
-Every statement names one app with :func:`~memstore.sql.repository.in_app` and an id range, so
+Every statement names one app with :func:`~memstore.sql.queries.in_app` and an id range, so
 each delete walks the ``(app_id, id)`` index and locks only the rows it removes (no table-wide
 lock); each batch is its own short transaction, so service traffic keeps flowing between them.
 Deletes never reach past the ids the decision saw (the snapshot), so rows appended while a
@@ -24,7 +24,7 @@ from memstore.core.window import KIND_AI, KIND_REQUEST, KIND_RESULT, KIND_SYSTEM
 from memstore.reports import PruneReport
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app, requested_ids_in
+from memstore.sql.queries import in_app, requested_ids_in
 from memstore.sql.schema import display, original, tool_executions
 
 PRUNE_PAGE = 2000

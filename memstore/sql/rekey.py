@@ -29,7 +29,7 @@ from memstore.core.crypto import (
 from memstore.errors import ConfigurationError
 from memstore.reports import RekeyReport, RekeyTableCounts
 from memstore.sql.engine import translated_errors
-from memstore.sql.repository import in_app
+from memstore.sql.queries import in_app
 from memstore.sql.schema import display, original, tool_executions
 
 DEFAULT_BATCH = 500

@@ -1,7 +1,7 @@
 """Reads for rebuilding many windows at once (``memstore reload``): the loader's first read of
 a batch of apps in one statement, and their generations in another.
 
-The first read is the same bounded index read :func:`memstore.sql.repository.newest_rows_query`
+The first read is the same bounded index read :func:`memstore.sql.queries.newest_rows_query`
 makes for one app, once per app: on PostgreSQL one ``CROSS JOIN LATERAL`` over the array of
 app ids (planned once, an index range read with its own ``LIMIT`` per app); elsewhere (SQLite,
 MariaDB/MySQL, which has no ``LATERAL``) a ``UNION ALL`` of the per-app reads, at most
@@ -22,7 +22,7 @@ from memstore.core.crypto import RowCipher
 from memstore.core.loader import RowRequest
 from memstore.core.rows import FetchedRows
 from memstore.sql.engine import read_options, read_retrying, translated_errors
-from memstore.sql.repository import (
+from memstore.sql.queries import (
     SUMMARY_TYPE,
     in_app,
     latest_summary_query,

@@ -39,6 +39,7 @@ MODULE_EXTRAS = {
     "memstore.sql.aio": "async",
     "memstore.adapters.langchain": "langchain",
     "memstore.adapters._lc_middleware": "langchain",
+    "memstore.adapters._lc_convert": "langchain",
     "memstore.adapters._lc_ledger": "langchain",
     "memstore.adapters._lc_pending": "langchain",
     "memstore.adapters.langgraph": "langchain",

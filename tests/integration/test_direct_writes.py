@@ -38,7 +38,8 @@ from memstore.sql import generation
 from memstore.sql.aio import AsyncSqlHistory, make_async_engine
 from memstore.sql.direct import REQUEST_SCAN_PAGE, direct_statements
 from memstore.sql.engine import make_engine
-from memstore.sql.repository import ChainCheck, SqlHistory
+from memstore.sql.queries import ChainCheck
+from memstore.sql.repository import SqlHistory
 from memstore.sql.schema import display, original
 from tests.conftest import SESSION_WORKER_ID, migrated_engine
 

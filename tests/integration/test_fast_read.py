@@ -357,7 +357,7 @@ def test_postgresql_reads_carry_their_limits_in_the_sql() -> None:
 
 
 def test_only_memstores_own_identifiers_are_written_into_sql() -> None:
-    from memstore.sql.repository import written_in
+    from memstore.sql.queries import written_in
 
     assert str(written_in("toolExecutionRequest")) == "'toolExecutionRequest'"
     assert str(written_in(82)) == "82"

@@ -4,6 +4,7 @@ framework message in ``metadata`` may repeat those texts, so it is never refused
 
 from __future__ import annotations
 
+import sys
 import uuid
 from typing import Any
 
@@ -106,6 +107,8 @@ def test_the_langchain_middleware_keeps_a_large_tool_result(env: AdapterEnv) -> 
         """Read a file."""
         return BIG
 
+    if env.is_async and sys.version_info < (3, 11):
+        pytest.skip("Python 3.10: the async middleware is refused (test_langchain_middleware)")
     app = f"mw-{uuid.uuid4().hex[:8]}"
     config: Any = {"configurable": {"thread_id": app}}
     payload: Any = {"messages": [{"role": "user", "content": "read big.txt"}]}

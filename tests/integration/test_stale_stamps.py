@@ -139,7 +139,7 @@ def test_a_rebuild_stored_after_a_write_skipped_by_a_resting_route_is_dropped(ur
         reader.append(app, [UserMessage(text="m0")])
         assert texts(reader, app) == ["m0"]
         failure = redis.TimeoutError("slow")  # the writer's route rests from now on
-        read = cache_plan.read_call(app)
+        read = cache_plan.read_call(app, policy)
         writer_cache.state.failed(read, "", failure, time.monotonic(), cluster=False)
 
         version = reader.cache.read(app).version  # the rebuild begins: version, rows

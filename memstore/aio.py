@@ -54,9 +54,9 @@ from memstore.core.export import (
     execution_record,
     export_scope,
     header_record,
+    message_call_ids,
     original_record,
     parse_record,
-    requested_call_ids,
 )
 from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from memstore.core.inputs import (
@@ -747,12 +747,14 @@ class AsyncMemoryStore(StoreBase):
             calls: dict[str, list[str]] = {}
             async for row in self._export.user_rows(original, user):
                 message = decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
-                calls.setdefault(row["app_id"], []).extend(requested_call_ids(message))
+                calls.setdefault(row["app_id"], []).extend(message_call_ids(message))
                 yield original_record(row, message)
             async for row in self._export.user_rows(display, user):
                 yield display_record(row, self.cipher)
+            async for row in self._export.user_executions(user):
+                yield execution_record(row, self.cipher)
             for app, call_ids in sorted(calls.items()):
-                async for row in self._export.executions_for_calls(app, call_ids):
+                async for row in self._export.unowned_executions(app, user, sorted(set(call_ids))):
                     yield execution_record(row, self.cipher)
             return
         async for app in _apps_to_export(self.engine, apps):

@@ -42,9 +42,9 @@ from memstore.core.export import (
     execution_record,
     export_scope,
     header_record,
+    message_call_ids,
     original_record,
     parse_record,
-    requested_call_ids,
 )
 from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from memstore.core.inputs import (
@@ -799,7 +799,8 @@ class MemoryStore(StoreBase):
         then per app its original history, display history and loop-guard records.
 
         Streamed page by page: memory stays flat whatever the size of an app. For a user, the
-        loop-guard records are those answering the user's own tool requests.
+        loop-guard records are those carrying the user's id, and those with no user id whose
+        call id only the user's rows name (see :mod:`memstore.sql.user_data`).
         """
         from memstore._version import __version__
 
@@ -824,12 +825,14 @@ class MemoryStore(StoreBase):
         calls: dict[str, list[str]] = {}
         for row in self._export.user_rows(original, user):
             message = decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
-            calls.setdefault(row["app_id"], []).extend(requested_call_ids(message))
+            calls.setdefault(row["app_id"], []).extend(message_call_ids(message))
             yield original_record(row, message)
         for row in self._export.user_rows(display, user):
             yield display_record(row, self.cipher)
+        for row in self._export.user_executions(user):
+            yield execution_record(row, self.cipher)
         for app, call_ids in sorted(calls.items()):
-            for row in self._export.executions_for_calls(app, call_ids):
+            for row in self._export.unowned_executions(app, user, sorted(set(call_ids))):
                 yield execution_record(row, self.cipher)
 
     def rekey(

@@ -10,7 +10,7 @@ history, the display history and the loop guard's records, ids and timestamps ke
      "status": "ok", "created_at": "...", "updated_at": "...", "deleted": false}
     {"record": "tool_execution", "app_id": "a", "idempotency_key": "...", "tool_name": "...",
      "arguments_digest": "...", "state": "succeeded", "attempts": 1, "tool_call_id": "...",
-     "result": "...", "created_at": "...", "updated_at": "..."}
+     "user_id": "u", "result": "...", "created_at": "...", "updated_at": "..."}
 
 Timestamps are ISO 8601 in UTC. ``message`` is the stored message exactly as memstore's
 message model dumps it (``arguments`` stays the model's raw JSON string).
@@ -22,7 +22,8 @@ that key and stores the row with ``message_type`` ``summary``, so the imported a
 open with the same summary. (A reader older than compaction imports it as a plain system
 message.) Readers accept every
 version up to :data:`FORMAT_VERSION` and refuse newer ones; a version adds fields or record
-kinds, and an importer of that version still reads all older files.
+kinds, and an importer of that version still reads all older files. Version 2 added the
+``user_id`` of ``tool_execution`` records (absent in version 1: imported as ``null``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from memstore.errors import ImportRecordError, InvalidAppIdError, InvalidInputEr
 from memstore.messages import MESSAGE_ADAPTER, Message, ToolResult
 
 FORMAT_NAME = "memstore-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ORIGINAL = "original"
 DISPLAY = "display"
 TOOL_EXECUTION = "tool_execution"
@@ -104,6 +105,7 @@ EXECUTION_FIELDS = (
     "state",
     "attempts",
     "tool_call_id",
+    "user_id",
     "result",
 )
 
@@ -166,6 +168,7 @@ class _Execution(_Record):
     state: Literal["pending", "running", "succeeded", "failed", "unknown"]
     attempts: int = Field(ge=0)
     tool_call_id: str | None = Field(default=None, max_length=255)
+    user_id: str | None = None
     result: str | None = None
     created_at: datetime
     updated_at: datetime
@@ -258,7 +261,10 @@ def parse_record(data: object, line: int, max_text_bytes: int) -> ImportRow | No
     assert isinstance(parsed, _Execution)
     values = {name: getattr(parsed, name) for name in EXECUTION_FIELDS}
     values.update(
-        app_id=app_id, created_at=_utc(parsed.created_at), updated_at=_utc(parsed.updated_at)
+        app_id=app_id,
+        user_id=_user(parsed.user_id, line),
+        created_at=_utc(parsed.created_at),
+        updated_at=_utc(parsed.updated_at),
     )
     return ImportRow(line, TOOL_EXECUTION, app_id, values)
 
@@ -403,9 +409,17 @@ def changed_apps(inserts: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str
 
 
 def requested_call_ids(message: Message) -> list[str]:
-    """The call ids a message requests (for a user's export of loop-guard records)."""
+    """The call ids a message requests."""
     requests = getattr(message, "tool_requests", None) or []
     return [call.id for call in requests]
+
+
+def message_call_ids(message: Message) -> list[str]:
+    """The call ids a message requests or answers (what ties a user's rows to loop-guard
+    records that carry no user id)."""
+    if isinstance(message, ToolResult):
+        return [message.id]
+    return requested_call_ids(message)
 
 
 def export_scope(app_ids: list[str] | None, user_id: str | None) -> None:

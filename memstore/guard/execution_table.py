@@ -26,6 +26,7 @@ def _execution(row: Any, cipher: RowCipher) -> Execution:
         state=row.state,
         attempts=row.attempts,
         tool_call_id=row.tool_call_id,
+        user_id=row.user_id,
         result=open_result(cipher, row.app_id, row.idempotency_key, row.result),
         created_at=row.created_at,
         updated_at=row.updated_at,

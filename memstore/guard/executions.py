@@ -28,6 +28,8 @@ class Execution(BaseModel):
     """Executions started (``start``); 0 while ``pending``."""
     tool_call_id: str | None
     """The call id given to the last ``start``."""
+    user_id: str | None = None
+    """The user the record's call was made for (the last ``start`` that named one)."""
     result: str | None
     """The first successful result, or the last failure's text."""
     created_at: datetime

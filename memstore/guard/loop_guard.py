@@ -21,7 +21,12 @@ from memstore.core.fingerprint import (
     result_digest,
 )
 from memstore.core.fingerprint import idempotency_key as derived_idempotency_key
-from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int, normalize_app_id
+from memstore.core.inputs import (
+    MAX_WINDOW_MESSAGES,
+    bounded_int,
+    normalize_app_id,
+    normalize_user_id,
+)
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.guard.budgets import Budgets, Turn
 from memstore.guard.execution_table import _ExecutionTable
@@ -161,6 +166,7 @@ class LoopGuard:
         *,
         turn: Turn | None = None,
         idempotency_key: str | None = None,
+        user_id: str | None = None,
     ) -> Verdict:
         """Decide whether to execute a call of ``tool_name`` with ``arguments`` (the model's
         raw JSON text, or a mapping) now.
@@ -172,8 +178,11 @@ class LoopGuard:
         ``verdict.tool_result(call_id, tool_name)``). Budgets apply only with a ``turn``; an
         allowed call (or an answered one) counts against them. ``idempotency_key`` replaces the
         derived key of a side-effecting tool (e.g. to allow the same email on another day).
+        ``user_id`` names the user the call is made for: a record the check creates carries
+        it, so purge and export by user find it (pass it whenever the turn has a user).
         """
         app = normalize_app_id(app_id)
+        user = normalize_user_id(user_id)
         name = _checked_name(tool_name, "tool_name", MAX_TOOL_NAME_CHARS)
         arguments_text = _arguments_text(arguments)
         side_effect = name in self.side_effect_tools
@@ -191,7 +200,7 @@ class LoopGuard:
                 self._log(app, name, arguments_text, blocked, turn, None)
                 return blocked
         try:
-            verdict, decision = self._decide(app, name, arguments_text, key)
+            verdict, decision = self._decide(app, name, arguments_text, key, user)
         except BaseException:
             if turn is not None:
                 turn._release(tool_call=True, side_effect=side_effect)
@@ -210,15 +219,22 @@ class LoopGuard:
         *,
         turn: Turn | None = None,
         idempotency_key: str | None = None,
+        user_id: str | None = None,
     ) -> Verdict:
         """:meth:`check` for asyncio code. For now it runs the synchronous check in a worker
         thread (``asyncio.to_thread``), on the store's synchronous engine."""
         return await asyncio.to_thread(
-            self.check, app_id, tool_name, arguments, turn=turn, idempotency_key=idempotency_key
+            self.check,
+            app_id,
+            tool_name,
+            arguments,
+            turn=turn,
+            idempotency_key=idempotency_key,
+            user_id=user_id,
         )
 
     def _decide(
-        self, app: str, name: str, arguments: str, key: str | None
+        self, app: str, name: str, arguments: str, key: str | None, user: str | None
     ) -> tuple[Verdict, NoProgressDecision]:
         execution = self._executions.get(app, key) if key is not None else None
         if execution is not None and execution.state in _UNRESOLVED:
@@ -239,7 +255,7 @@ class LoopGuard:
         if key is None:
             return Allow(), decision
         if execution is None and not self._executions.insert(
-            self._new_row(app, key, name, arguments, "pending", None)
+            self._new_row(app, key, name, arguments, "pending", None, user)
         ):
             execution = self._executions.get(app, key)  # another instance recorded it first
         if execution is not None:
@@ -262,7 +278,13 @@ class LoopGuard:
 
     @staticmethod
     def _new_row(
-        app: str, key: str, name: str, arguments: str, state: ExecutionState, call_id: str | None
+        app: str,
+        key: str,
+        name: str,
+        arguments: str,
+        state: ExecutionState,
+        call_id: str | None,
+        user: str | None,
     ) -> dict[str, Any]:
         now = _now()
         return {
@@ -273,6 +295,7 @@ class LoopGuard:
             "state": state,
             "attempts": 1 if state == "running" else 0,
             "tool_call_id": call_id,
+            "user_id": user,
             "result": None,
             "created_at": now,
             "updated_at": now,
@@ -307,33 +330,35 @@ class LoopGuard:
         *,
         idempotency_key: str | None = None,
         call_id: str | None = None,
+        user_id: str | None = None,
     ) -> Execution:
         """Mark a side-effecting call ``running`` right before executing it (a key that is
         ``pending``, ``failed`` or has no record yet), counting an attempt.
 
         Raises :class:`ExecutionStateError` (with the ``verdict`` a check would give) when the
         key is ``succeeded``, ``running`` or ``unknown``: then do not execute. Two instances
-        racing to start one key: exactly one succeeds.
+        racing to start one key: exactly one succeeds. ``user_id`` (the user the call runs for)
+        is recorded on the record, replacing the user of an earlier attempt.
         """
         app = normalize_app_id(app_id)
+        user = normalize_user_id(user_id)
         name = _checked_name(tool_name, "tool_name", MAX_TOOL_NAME_CHARS)
         arguments_text = _arguments_text(arguments)
         key = self._key(app, name, arguments_text, idempotency_key)
         if call_id is not None:
             _checked_name(call_id, "call_id", 255)
+        running: dict[str, Any] = {
+            "state": "running",
+            "attempts": tool_executions.c.attempts + 1,
+            "tool_call_id": call_id,
+        }
+        if user is not None:
+            running["user_id"] = user
         for _ in range(3):  # a record that changes state under us is read again
             started = self._executions.transition(
-                app,
-                key,
-                _STARTABLE,
-                {
-                    "state": "running",
-                    "attempts": tool_executions.c.attempts + 1,
-                    "tool_call_id": call_id,
-                    "updated_at": _now(),
-                },
+                app, key, _STARTABLE, {**running, "updated_at": _now()}
             ) or self._executions.insert(
-                self._new_row(app, key, name, arguments_text, "running", call_id)
+                self._new_row(app, key, name, arguments_text, "running", call_id, user)
             )
             execution = self._executions.get(app, key)
             if started and execution is not None:
@@ -400,6 +425,7 @@ class LoopGuard:
         *,
         idempotency_key: str | None = None,
         call_id: str | None = None,
+        user_id: str | None = None,
     ) -> Execution:
         """:meth:`start` in a worker thread."""
         return await asyncio.to_thread(
@@ -409,6 +435,7 @@ class LoopGuard:
             arguments,
             idempotency_key=idempotency_key,
             call_id=call_id,
+            user_id=user_id,
         )
 
     async def asucceed(self, app_id: str | int, idempotency_key: str, result: str) -> Execution:
@@ -435,16 +462,23 @@ class LoopGuard:
         turn: Turn | None = None,
         idempotency_key: str | None = None,
         call_id: str | None = None,
+        user_id: str | None = None,
     ) -> GuardedCall:
         """Check the call and run it (``run()`` returns the result text) only when allowed.
 
         For a side-effecting tool the key goes ``running`` before ``run`` and ``succeeded``
         (with the result) after it; :class:`ToolFailed` raised by ``run`` marks it ``failed``
         (an error result, the key may run again); any other exception — a timeout included —
-        marks it ``unknown`` (it may have happened) and re-raises.
+        marks it ``unknown`` (it may have happened) and re-raises. ``user_id``: see
+        :meth:`check`.
         """
         verdict = self.check(
-            app_id, tool_name, arguments, turn=turn, idempotency_key=idempotency_key
+            app_id,
+            tool_name,
+            arguments,
+            turn=turn,
+            idempotency_key=idempotency_key,
+            user_id=user_id,
         )
         if not isinstance(verdict, Allow):
             return _not_run(verdict)
@@ -452,7 +486,9 @@ class LoopGuard:
         if key is None:
             return GuardedCall(verdict, _result_text(run()), is_error=False, executed=True)
         try:
-            self.start(app_id, tool_name, arguments, idempotency_key=key, call_id=call_id)
+            self.start(
+                app_id, tool_name, arguments, idempotency_key=key, call_id=call_id, user_id=user_id
+            )
         except ExecutionStateError as refused:
             if refused.verdict is None:
                 raise
@@ -478,11 +514,17 @@ class LoopGuard:
         turn: Turn | None = None,
         idempotency_key: str | None = None,
         call_id: str | None = None,
+        user_id: str | None = None,
     ) -> GuardedCall:
         """:meth:`execute` for asyncio code: ``run`` is awaited; cancellation while it runs
         marks a side-effecting key ``unknown``. Storage calls run in worker threads."""
         verdict = await self.acheck(
-            app_id, tool_name, arguments, turn=turn, idempotency_key=idempotency_key
+            app_id,
+            tool_name,
+            arguments,
+            turn=turn,
+            idempotency_key=idempotency_key,
+            user_id=user_id,
         )
         if not isinstance(verdict, Allow):
             return _not_run(verdict)
@@ -490,7 +532,9 @@ class LoopGuard:
         if key is None:
             return GuardedCall(verdict, _result_text(await run()), is_error=False, executed=True)
         try:
-            await self.astart(app_id, tool_name, arguments, idempotency_key=key, call_id=call_id)
+            await self.astart(
+                app_id, tool_name, arguments, idempotency_key=key, call_id=call_id, user_id=user_id
+            )
         except ExecutionStateError as refused:
             if refused.verdict is None:
                 raise

@@ -13,14 +13,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from memstore.core.crypto import PLAIN, RowCipher
+from memstore.core.export import requested_call_ids
 from memstore.core.rows import SUMMARY as SUMMARY_TYPE
-from memstore.core.rows import decode_row
+from memstore.core.rows import TOOL_REQUEST, decode_row
 from memstore.core.summary import summary_info
 from memstore.core.window import StoredMessage
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.queries import oldest_first_query, rows_to_messages
 from memstore.sql.schema import adk_state, display, original, tool_executions
+from memstore.sql.user_data import (
+    apps_of_user,
+    delete_unowned_executions,
+    has_unowned_executions,
+    user_scope,
+)
 
 APP_PAGE = 500
 ROW_PAGE = 2000
@@ -83,27 +90,29 @@ def iter_history(
 class RowCounts:
     original_rows: int
     display_rows: int
+    tool_executions: int = 0
+    """Loop-guard records."""
 
 
 def counts_for(
     engine: Engine, *, app_id: str | None = None, user_id: str | None = None
 ) -> RowCounts:
-    """Rows (deleted ones included) a purge of ``app_id`` or ``user_id`` would remove."""
+    """Rows (deleted ones included) a purge of ``app_id`` or ``user_id`` would remove (for a
+    user: the rows and records carrying the user id; summaries and records with no user id
+    that the purge also removes are not counted)."""
     with translated_errors("counting rows"), engine.connect() as conn:
         return RowCounts(
-            _count(conn, original, app_id, user_id), _count(conn, display, app_id, user_id)
+            *(
+                _count(conn, table, app_id, user_id)
+                for table in (original, display, tool_executions)
+            )
         )
 
 
 def _count(conn: Any, table: sa.Table, app_id: str | None, user_id: str | None) -> int:
-    query = sa.select(sa.func.count()).select_from(table).where(_match(table, app_id, user_id))
+    match = table.c.app_id == app_id if app_id is not None else user_scope(table, str(user_id))
+    query = sa.select(sa.func.count()).select_from(table).where(match)
     return int(conn.execute(query).scalar() or 0)
-
-
-def _match(table: sa.Table, app_id: str | None, user_id: str | None) -> Any:
-    if app_id is not None:
-        return table.c.app_id == app_id
-    return table.c.user_id == user_id
 
 
 PURGE_USER_PASSES = 8
@@ -114,26 +123,35 @@ while the previous one ran (in practice the second finds nothing)."""
 def purge_user(
     engine: Engine, user_id: str, cipher: RowCipher = PLAIN
 ) -> tuple[RowCounts, list[str]]:
-    """Hard-delete every row written with ``user_id`` in both tables, and the compaction
-    summaries that cover any of them (a summary is written from the user's messages but
-    carries no user id; the other users' messages it covers stay), and the user's Google ADK
-    ``user:`` and session state; return the counts and every app a row was deleted from
-    (their cached windows must go).
+    """Hard-delete everything of ``user_id`` that :mod:`memstore.sql.user_data` lists: the
+    rows written with the user id in both histories, the compaction summaries that cover any
+    of them (a summary is written from the user's messages but carries no user id; the other
+    users' messages it covers stay), the user's loop-guard records (and those with no user id
+    that the user's rows request or answer), and the user's Google ADK ``user:`` and session
+    state; return the counts and every app a row was deleted from (their cached windows must
+    go).
 
     Each transaction lists the user's apps, locks them (the generation bump: writers to them
     wait) and deletes the user's rows of those apps only, so the apps returned are exactly
     the apps rows were deleted from, even when the user writes to a new app meanwhile; a
     next transaction takes those rows."""
-    originals = displays = 0
+    originals = displays = executions = 0
     apps: set[str] = set()
     with translated_errors("purging a user"):
         for _ in range(PURGE_USER_PASSES):
             with engine.begin() as conn:
-                touched = _apps_of_user(conn, user_id)
+                touched = apps_of_user(conn, user_id)
                 if not touched:
                     break
                 for app_id in touched:
                     generation.bump(conn, app_id)
+                for app_id in touched:
+                    if has_unowned_executions(conn, app_id):
+                        requested = _requested_calls(conn, app_id, user_id, cipher)
+                        executions += delete_unowned_executions(conn, app_id, user_id, requested)
+                executions += conn.execute(
+                    tool_executions.delete().where(user_scope(tool_executions, user_id))
+                ).rowcount
                 summaries = [
                     row_id
                     for app_id in touched
@@ -157,12 +175,24 @@ def purge_user(
         with engine.begin() as conn:
             # the Google ADK adapter's user and session state of the user (its app state,
             # shared by every user, stays)
-            conn.execute(
-                adk_state.delete().where(
-                    adk_state.c.user_id == user_id, adk_state.c.scope.in_(("user", "session"))
-                )
-            )
-    return RowCounts(originals, displays), sorted(apps)
+            conn.execute(adk_state.delete().where(user_scope(adk_state, user_id)))
+    return RowCounts(originals, displays, executions), sorted(apps)
+
+
+def _requested_calls(conn: Connection, app_id: str, user_id: str, cipher: RowCipher) -> list[str]:
+    """The call ids the user's tool-request rows in the app request."""
+    rows = conn.execute(
+        sa.select(original.c.id, original.c.payload).where(
+            original.c.app_id == app_id,
+            original.c.user_id == user_id,
+            original.c.message_type == TOOL_REQUEST,
+        )
+    )
+    return [
+        call_id
+        for row in rows
+        for call_id in requested_call_ids(decode_row(cipher, app_id, row.id, row.payload))
+    ]
 
 
 def _summaries_covering(
@@ -200,20 +230,6 @@ def _summaries_covering(
         if covered is not None:
             doomed.append(row.id)
     return doomed
-
-
-def _apps_of_user(conn: Connection, user_id: str) -> list[str]:
-    found = set(
-        conn.execute(
-            sa.select(original.c.app_id).where(original.c.user_id == user_id).distinct()
-        ).scalars()
-    )
-    found |= set(
-        conn.execute(
-            sa.select(display.c.app_id).where(display.c.user_id == user_id).distinct()
-        ).scalars()
-    )
-    return sorted(found)
 
 
 @dataclass(frozen=True, slots=True)

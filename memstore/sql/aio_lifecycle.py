@@ -25,11 +25,13 @@ from memstore.sql.engine import translated_errors
 from memstore.sql.export import (
     EXPORT_PAGE,
     INSERT_TABLES,
+    Position,
     app_page,
-    executions_by_call,
     executions_page,
     existing_from,
     existing_queries,
+    key_position,
+    row_position,
     user_page,
 )
 from memstore.sql.lifecycle import (
@@ -46,6 +48,11 @@ from memstore.sql.lifecycle import (
     snapshot_query,
 )
 from memstore.sql.schema import original
+from memstore.sql.user_data import (
+    execution_position,
+    unowned_executions_of,
+    user_executions_page,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -154,16 +161,21 @@ class AsyncSqlExport:
         self.cipher = cipher
 
     def app_rows(self, table: sa.Table, app_id: str) -> AsyncIterator[Any]:
-        return self.pages(partial(app_page, table, app_id), -1, "id")
+        return self.pages(partial(app_page, table, app_id), -1, row_position)
 
     def user_rows(self, table: sa.Table, user_id: str) -> AsyncIterator[Any]:
-        return self.pages(partial(user_page, table, user_id), -1, "id")
+        return self.pages(partial(user_page, table, user_id), -1, row_position)
 
     def app_executions(self, app_id: str) -> AsyncIterator[Any]:
-        return self.pages(partial(executions_page, app_id), None, "idempotency_key")
+        return self.pages(partial(executions_page, app_id), None, key_position)
+
+    def user_executions(self, user_id: str) -> AsyncIterator[Any]:
+        """The loop-guard records carrying ``user_id``, page by page."""
+        page = partial(user_executions_page, user_id, EXPORT_PAGE)
+        return self.pages(page, None, execution_position)
 
     async def pages(
-        self, make: Callable[[Any], sa.Select[Any]], start: Any, key: str
+        self, make: Callable[[Any], sa.Select[Any]], start: Any, position: Position
     ) -> AsyncIterator[Any]:
         after = start
         while True:
@@ -174,16 +186,18 @@ class AsyncSqlExport:
                 yield row
             if len(page) < EXPORT_PAGE:
                 return
-            after = page[-1][key]
+            after = position(page[-1])
 
-    async def executions_for_calls(
-        self, app_id: str, call_ids: Sequence[str]
+    async def unowned_executions(
+        self, app_id: str, user_id: str, call_ids: Sequence[str]
     ) -> AsyncIterator[Any]:
+        """The app's records with no user id that only ``user_id``'s calls name."""
         for start in range(0, len(call_ids), EXPORT_PAGE):
             chunk = list(call_ids[start : start + EXPORT_PAGE])
+            query = unowned_executions_of(app_id, user_id, chunk)
             with translated_errors("exporting history"):
                 async with self.engine.connect() as conn:
-                    rows = list((await conn.execute(executions_by_call(app_id, chunk))).mappings())
+                    rows = list((await conn.execute(query)).mappings())
             for row in rows:
                 yield row
 

@@ -26,12 +26,28 @@ from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.queries import in_app
 from memstore.sql.schema import display, original, tool_executions
+from memstore.sql.user_data import (
+    execution_position,
+    unowned_executions_of,
+    user_executions_page,
+)
 
 EXPORT_PAGE = 1000
 IMPORT_BATCH = 500
 """Records per import transaction: each batch commits whole or not at all."""
 
 TABLES = {ORIGINAL: original, DISPLAY: display}
+
+Position = Callable[[Mapping[Any, Any]], Any]
+"""Where a keyset page ends: the ``after`` of the next page, from its last row."""
+
+
+def row_position(row: Mapping[Any, Any]) -> int:
+    return int(row["id"])
+
+
+def key_position(row: Mapping[Any, Any]) -> str:
+    return str(row["idempotency_key"])
 
 
 def app_page(table: sa.Table, app_id: str, after: int) -> sa.Select[Any]:
@@ -63,14 +79,6 @@ def executions_page(app_id: str, after: str | None) -> sa.Select[Any]:
     if after is not None:
         query = query.where(tool_executions.c.idempotency_key > after)
     return query
-
-
-def executions_by_call(app_id: str, call_ids: Sequence[str]) -> sa.Select[Any]:
-    return (
-        sa.select(tool_executions)
-        .where(tool_executions.c.app_id == app_id, tool_executions.c.tool_call_id.in_(call_ids))
-        .order_by(tool_executions.c.idempotency_key)
-    )
 
 
 def existing_ids_query(table: sa.Table, ids: Sequence[int]) -> sa.Select[Any]:
@@ -142,15 +150,22 @@ class SqlExport:
         self.cipher = cipher
 
     def app_rows(self, table: sa.Table, app_id: str) -> Iterator[Any]:
-        return self.pages(partial(app_page, table, app_id), -1, "id")
+        return self.pages(partial(app_page, table, app_id), -1, row_position)
 
     def user_rows(self, table: sa.Table, user_id: str) -> Iterator[Any]:
-        return self.pages(partial(user_page, table, user_id), -1, "id")
+        return self.pages(partial(user_page, table, user_id), -1, row_position)
 
     def app_executions(self, app_id: str) -> Iterator[Any]:
-        return self.pages(partial(executions_page, app_id), None, "idempotency_key")
+        return self.pages(partial(executions_page, app_id), None, key_position)
 
-    def pages(self, make: Callable[[Any], sa.Select[Any]], start: Any, key: str) -> Iterator[Any]:
+    def user_executions(self, user_id: str) -> Iterator[Any]:
+        """The loop-guard records carrying ``user_id``, page by page."""
+        page = partial(user_executions_page, user_id, EXPORT_PAGE)
+        return self.pages(page, None, execution_position)
+
+    def pages(
+        self, make: Callable[[Any], sa.Select[Any]], start: Any, position: Position
+    ) -> Iterator[Any]:
         """Rows of ``make(after)`` page by page, a short connection per page."""
         after = start
         while True:
@@ -159,13 +174,17 @@ class SqlExport:
             yield from page
             if len(page) < EXPORT_PAGE:
                 return
-            after = page[-1][key]
+            after = position(page[-1])
 
-    def executions_for_calls(self, app_id: str, call_ids: Sequence[str]) -> Iterator[Any]:
+    def unowned_executions(
+        self, app_id: str, user_id: str, call_ids: Sequence[str]
+    ) -> Iterator[Any]:
+        """The app's records with no user id that only ``user_id``'s calls name."""
         for start in range(0, len(call_ids), EXPORT_PAGE):
             chunk = list(call_ids[start : start + EXPORT_PAGE])
+            query = unowned_executions_of(app_id, user_id, chunk)
             with translated_errors("exporting history"), self.engine.connect() as conn:
-                yield from list(conn.execute(executions_by_call(app_id, chunk)).mappings())
+                yield from list(conn.execute(query).mappings())
 
     def import_batch(self, batch: Sequence[ImportRow], counts: dict[str, AppCounts]) -> set[str]:
         """Insert the batch's new rows in one transaction; return the apps whose original

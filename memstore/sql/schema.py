@@ -124,13 +124,17 @@ tool_executions = sa.Table(
     sa.Column("result", long_text(), nullable=True),
     sa.Column("created_at", timestamp(), nullable=False),
     sa.Column("updated_at", timestamp(), nullable=False),
+    sa.Column("user_id", ExactString(MAX_ID_CHARS), nullable=True),
     sa.Index("ix_tool_executions_state_updated_at", "state", "updated_at"),
+    sa.Index("ix_tool_executions_user_id", "user_id"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
 """Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
 key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
-and the first successful result (or the last failure's text)."""
+and the first successful result (or the last failure's text). ``user_id`` is the user whose
+call created or last started the record (``None`` when the caller named none; purge and export
+by user then match the record through its ``tool_call_id``)."""
 
 CONVERSATIONS_TABLE = "pydantic_ai_conversations"
 ENTRIES_TABLE = "pydantic_ai_entries"

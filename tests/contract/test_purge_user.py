@@ -24,12 +24,12 @@ def test_an_app_written_while_the_purge_runs_loses_its_window(
     fired: list[bool] = []
 
     def write_meanwhile(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        # once the purge has listed the user's apps (both histories) and is about to list them
-        # again, the user writes to a new app and a reader caches its window
+        # once the purge has listed the user's apps (histories, guard records) and is about
+        # to list them again, the user writes to a new app and a reader caches its window
         if "DISTINCT" not in statement.upper():
             return
         listings.append(statement)
-        if len(listings) != 3:
+        if len(listings) != 4:
             return
         fired.append(True)
         store.append(late, [UserMessage(text="late secret")], user_id=user)

@@ -185,3 +185,85 @@ def test_operations_on_an_unmigrated_database_raise_schema_error(
     migrate.downgrade(engine, "base")
     with MemoryStore(Settings(database_url=scratch_database_url, redis_url=None)) as store:
         assert_every_operation_raises_schema_error(store)
+
+
+@on_each_database
+def test_0009_gives_existing_guard_records_the_user_of_their_answers(engine: Engine) -> None:
+    """Migration 0009 on a populated database: a loop-guard record gets the user whose
+    tool-result rows answer its call id, when exactly one user (and no row without a user)
+    answered it; the others stay NULL, and the records keep everything else."""
+    migrate.upgrade(engine, "0008")
+    original = sa.table(
+        ORIGINAL_TABLE,
+        *(sa.column(name) for name in ("id", "app_id", "user_id", "message_type")),
+        *(sa.column(name) for name in ("tool_call_id", "payload", "created_at", "updated_at")),
+    )
+    executions = sa.table(
+        "tool_executions",
+        *(sa.column(name) for name in ("app_id", "idempotency_key", "tool_name")),
+        *(sa.column(name) for name in ("arguments_digest", "state", "attempts", "tool_call_id")),
+        *(sa.column(name) for name in ("result", "created_at", "updated_at")),
+    )
+    now = sa.func.current_timestamp()
+    answers = [  # (app, user, call id) of tool-result rows
+        ("a", "alice", "c-alice"),
+        ("a", "alice", "c-twice"),  # answered twice by one user: still hers
+        ("a", "alice", "c-twice"),
+        ("a", "alice", "c-shared"),
+        ("a", "bob", "c-shared"),
+        ("a", None, "c-anonymous"),
+        ("b", "bob", "c-alice"),  # another app's call id does not count
+    ]
+    records = {  # idempotency key -> (app, call id)
+        "k-alice": ("a", "c-alice"),
+        "k-twice": ("a", "c-twice"),
+        "k-shared": ("a", "c-shared"),
+        "k-anonymous": ("a", "c-anonymous"),
+        "k-unanswered": ("a", "c-nobody"),
+        "k-no-call": ("a", None),
+        "k-bob": ("b", "c-alice"),
+    }
+    with engine.begin() as conn:
+        for row_id, (app, user, call) in enumerate(answers, start=1):
+            conn.execute(
+                original.insert().values(
+                    id=row_id,
+                    app_id=app,
+                    user_id=user,
+                    message_type="toolExecutionResult",
+                    tool_call_id=call,
+                    payload="{}",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        for key, (app, call) in records.items():
+            conn.execute(
+                executions.insert().values(
+                    app_id=app,
+                    idempotency_key=key,
+                    tool_name="send",
+                    arguments_digest="d",
+                    state="succeeded",
+                    attempts=1,
+                    tool_call_id=call,
+                    result=f"result of {key}",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        stored = metadata.tables["tool_executions"].c
+        rows = conn.execute(sa.select(stored.idempotency_key, stored.user_id, stored.result)).all()
+    assert {row[0]: row[1] for row in rows} == {
+        "k-alice": "alice",
+        "k-twice": "alice",
+        "k-shared": None,
+        "k-anonymous": None,
+        "k-unanswered": None,
+        "k-no-call": None,
+        "k-bob": "bob",
+    }
+    assert all(row[2] == f"result of {row[0]}" for row in rows)
+    assert schema_diff(engine) == []

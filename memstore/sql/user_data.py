@@ -70,11 +70,16 @@ NO_USER_DATA: dict[str, str] = {
 """The tables that hold no user-attributable data, and why."""
 
 CACHE_KEYS: dict[str, str] = {
-    "window": "the app's window of messages (purge drops it)",
-    "interrupted": "the app's call ids answered as interrupted (purge drops it)",
-    "version": "the app's window version counter: no text (purge bumps it)",
+    "window": "the app's window of messages",
+    "interrupted": "the call ids the window answers as interrupted",
+    "heads": "the window entries' kinds, call ids and token counts",
+    "version": "a counter: no text",
+    "origin": "the Redis replication id the window was stored on: no text",
+    "generation": "the SQL generation the window reflects: no text",
 }
-"""The cache's key families (Redis and in-process alike), all per app."""
+"""The cache's key families (``memstore:{app}:<family>`` in Redis), all per app: a purge of
+the app, or of a user with rows in the app, deletes every one of them (the in-process cache
+drops its entry)."""
 
 
 def user_scope(table: sa.Table, user_id: str) -> sa.ColumnElement[bool]:

@@ -19,3 +19,10 @@ def test_every_table_with_user_data_has_a_user_column() -> None:
         assert "user_id" in entry.table.c, entry.table.name
     for name, reason in NO_USER_DATA.items():
         assert reason, name
+
+
+def test_every_cache_key_family_is_in_the_inventory() -> None:
+    from memstore.cache.keys import app_keys
+    from memstore.sql.user_data import CACHE_KEYS
+
+    assert {key.rsplit(":", 1)[1] for key in app_keys("app")} == set(CACHE_KEYS)

@@ -4,12 +4,14 @@ forms); see the package docstring of :mod:`memstore.guard`."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
@@ -27,6 +29,7 @@ from memstore.core.inputs import (
     normalize_app_id,
     normalize_user_id,
 )
+from memstore.core.steps import adrive, drive
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.guard.budgets import Budgets, Turn
 from memstore.guard.execution_table import _ExecutionTable
@@ -68,6 +71,76 @@ def _now() -> datetime:
 
 _UNRESOLVED: tuple[ExecutionState, ...] = ("running", "unknown")
 _STARTABLE: tuple[ExecutionState, ...] = ("pending", "failed")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _in_thread(
+    method: Callable[Concatenate[LoopGuard, P], R],
+) -> Callable[Concatenate[LoopGuard, P], Awaitable[R]]:
+    """The asyncio form of a guard method: the same call in a worker thread
+    (``asyncio.to_thread``), on the store's synchronous engine. One source for each pair."""
+
+    async def in_thread(self: LoopGuard, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    functools.update_wrapper(in_thread, method)  # the signature of ``method`` (docs, help)
+    in_thread.__doc__ = f":meth:`{method.__name__}` for asyncio code, in a worker thread."
+    in_thread.__name__ = in_thread.__qualname__ = f"a{method.__name__}"
+    return in_thread
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """The arguments of one :meth:`LoopGuard.execute`."""
+
+    app_id: str | int
+    tool_name: str
+    arguments: str | Mapping[str, Any]
+    turn: Turn | None
+    idempotency_key: str | None
+    call_id: str | None
+    user_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What :func:`_execution_steps` needs done next: check the call, start its key, run the
+    tool, or record the key failed, succeeded (``text``: the result) or unknown."""
+
+    kind: Literal["check", "start", "run", "fail", "succeed", "unknown"]
+    key: str | None = None
+    text: str | None = None
+
+
+def _execution_steps() -> Generator[_Step, Any, GuardedCall]:
+    """The decisions of :meth:`LoopGuard.execute` (sans-I/O: the sync and async runners do
+    the steps)."""
+    verdict = yield _Step("check")
+    if not isinstance(verdict, Allow):
+        return _not_run(verdict)
+    key = verdict.idempotency_key
+    if key is None:
+        text = _result_text((yield _Step("run")))
+        return GuardedCall(verdict, text, is_error=False, executed=True)
+    try:
+        yield _Step("start", key)
+    except ExecutionStateError as refused:
+        if refused.verdict is None:
+            raise
+        return _not_run(refused.verdict)
+    try:
+        text = _result_text((yield _Step("run")))
+    except ToolFailed as failure:
+        yield _Step("fail", key, failure.text)
+        return GuardedCall(verdict, failure.text, is_error=True, executed=True)
+    except BaseException:
+        yield _Step("unknown", key)
+        raise
+    yield _Step("succeed", key, text)
+    return GuardedCall(verdict, text, is_error=False, executed=True)
 
 
 class LoopGuard:
@@ -210,28 +283,6 @@ class LoopGuard:
             turn._release(tool_call=ran_nothing, side_effect=side_effect)
         self._log(app, name, arguments_text, verdict, turn, decision)
         return verdict
-
-    async def acheck(
-        self,
-        app_id: str | int,
-        tool_name: str,
-        arguments: str | Mapping[str, Any],
-        *,
-        turn: Turn | None = None,
-        idempotency_key: str | None = None,
-        user_id: str | None = None,
-    ) -> Verdict:
-        """:meth:`check` for asyncio code. For now it runs the synchronous check in a worker
-        thread (``asyncio.to_thread``), on the store's synchronous engine."""
-        return await asyncio.to_thread(
-            self.check,
-            app_id,
-            tool_name,
-            arguments,
-            turn=turn,
-            idempotency_key=idempotency_key,
-            user_id=user_id,
-        )
 
     def _decide(
         self, app: str, name: str, arguments: str, key: str | None, user: str | None
@@ -417,39 +468,6 @@ class LoopGuard:
         self._log_execution(state, execution)
         return execution
 
-    async def astart(
-        self,
-        app_id: str | int,
-        tool_name: str,
-        arguments: str | Mapping[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        call_id: str | None = None,
-        user_id: str | None = None,
-    ) -> Execution:
-        """:meth:`start` in a worker thread."""
-        return await asyncio.to_thread(
-            self.start,
-            app_id,
-            tool_name,
-            arguments,
-            idempotency_key=idempotency_key,
-            call_id=call_id,
-            user_id=user_id,
-        )
-
-    async def asucceed(self, app_id: str | int, idempotency_key: str, result: str) -> Execution:
-        """:meth:`succeed` in a worker thread."""
-        return await asyncio.to_thread(self.succeed, app_id, idempotency_key, result)
-
-    async def afail(self, app_id: str | int, idempotency_key: str, error: str) -> Execution:
-        """:meth:`fail` in a worker thread."""
-        return await asyncio.to_thread(self.fail, app_id, idempotency_key, error)
-
-    async def amark_unknown(self, app_id: str | int, idempotency_key: str) -> Execution:
-        """:meth:`mark_unknown` in a worker thread."""
-        return await asyncio.to_thread(self.mark_unknown, app_id, idempotency_key)
-
     # -- check, then run -----------------------------------------------------------------------
 
     def execute(
@@ -472,37 +490,12 @@ class LoopGuard:
         marks it ``unknown`` (it may have happened) and re-raises. ``user_id``: see
         :meth:`check`.
         """
-        verdict = self.check(
-            app_id,
-            tool_name,
-            arguments,
-            turn=turn,
-            idempotency_key=idempotency_key,
-            user_id=user_id,
-        )
-        if not isinstance(verdict, Allow):
-            return _not_run(verdict)
-        key = verdict.idempotency_key
-        if key is None:
-            return GuardedCall(verdict, _result_text(run()), is_error=False, executed=True)
-        try:
-            self.start(
-                app_id, tool_name, arguments, idempotency_key=key, call_id=call_id, user_id=user_id
-            )
-        except ExecutionStateError as refused:
-            if refused.verdict is None:
-                raise
-            return _not_run(refused.verdict)
-        try:
-            text = _result_text(run())
-        except ToolFailed as failure:
-            self.fail(app_id, key, failure.text)
-            return GuardedCall(verdict, failure.text, is_error=True, executed=True)
-        except BaseException:
-            self._unknown_after_error(app_id, key)
-            raise
-        self.succeed(app_id, key, text)
-        return GuardedCall(verdict, text, is_error=False, executed=True)
+        call = _Call(app_id, tool_name, arguments, turn, idempotency_key, call_id, user_id)
+
+        def do(step: _Step) -> Any:
+            return run() if step.kind == "run" else self._do(call, step)
+
+        return drive(_execution_steps(), do)
 
     async def aexecute(
         self,
@@ -518,37 +511,49 @@ class LoopGuard:
     ) -> GuardedCall:
         """:meth:`execute` for asyncio code: ``run`` is awaited; cancellation while it runs
         marks a side-effecting key ``unknown``. Storage calls run in worker threads."""
-        verdict = await self.acheck(
-            app_id,
-            tool_name,
-            arguments,
-            turn=turn,
-            idempotency_key=idempotency_key,
-            user_id=user_id,
-        )
-        if not isinstance(verdict, Allow):
-            return _not_run(verdict)
-        key = verdict.idempotency_key
-        if key is None:
-            return GuardedCall(verdict, _result_text(await run()), is_error=False, executed=True)
-        try:
-            await self.astart(
-                app_id, tool_name, arguments, idempotency_key=key, call_id=call_id, user_id=user_id
+        call = _Call(app_id, tool_name, arguments, turn, idempotency_key, call_id, user_id)
+
+        async def do(step: _Step) -> Any:
+            if step.kind == "run":
+                return await run()
+            if step.kind == "unknown":  # sync on purpose: it must not be cancelled
+                return self._do(call, step)
+            return await asyncio.to_thread(self._do, call, step)
+
+        return await adrive(_execution_steps(), do)
+
+    def _do(self, call: _Call, step: _Step) -> Any:
+        """One storage step of :func:`_execution_steps` for ``call``."""
+        if step.kind == "check":
+            return self.check(
+                call.app_id,
+                call.tool_name,
+                call.arguments,
+                turn=call.turn,
+                idempotency_key=call.idempotency_key,
+                user_id=call.user_id,
             )
-        except ExecutionStateError as refused:
-            if refused.verdict is None:
-                raise
-            return _not_run(refused.verdict)
-        try:
-            text = _result_text(await run())
-        except ToolFailed as failure:
-            await self.afail(app_id, key, failure.text)
-            return GuardedCall(verdict, failure.text, is_error=True, executed=True)
-        except BaseException:
-            self._unknown_after_error(app_id, key)  # sync on purpose: it must not be cancelled
-            raise
-        await self.asucceed(app_id, key, text)
-        return GuardedCall(verdict, text, is_error=False, executed=True)
+        assert step.key is not None
+        if step.kind == "start":
+            return self.start(
+                call.app_id,
+                call.tool_name,
+                call.arguments,
+                idempotency_key=step.key,
+                call_id=call.call_id,
+                user_id=call.user_id,
+            )
+        if step.kind == "fail":
+            return self.fail(call.app_id, step.key, step.text or "")
+        if step.kind == "succeed":
+            return self.succeed(call.app_id, step.key, step.text or "")
+        return self._unknown_after_error(call.app_id, step.key)
+
+    acheck = _in_thread(check)
+    astart = _in_thread(start)
+    asucceed = _in_thread(succeed)
+    afail = _in_thread(fail)
+    amark_unknown = _in_thread(mark_unknown)
 
     def _unknown_after_error(self, app_id: str | int, key: str) -> None:
         try:

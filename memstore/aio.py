@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import time
 import weakref
@@ -44,8 +43,7 @@ from memstore.cache.base import WindowPolicy
 from memstore.collector import TurnInput, failure_reason
 from memstore.config import Settings
 from memstore.core import health
-from memstore.core.compaction import plan_compaction
-from memstore.core.display import DisplayDraft, display_drafts
+from memstore.core.display import DisplayDraft
 from memstore.core.export import (
     AppCounts,
     ImportRow,
@@ -67,26 +65,23 @@ from memstore.core.inputs import (
 )
 from memstore.core.loader import RowRequest, Rows, WindowSteps, window_steps
 from memstore.core.plans import (
-    WritePlan,
     history_page,
     positive,
-    purge_report,
     reload_report,
 )
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
 from memstore.core.staleness import marks_to_clear
+from memstore.core.steps import adrive
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, WindowEntry
 from memstore.errors import (
     CommitOutcomeUnknownError,
-    IdCollisionError,
     StorageError,
-    WorkerLeaseLostError,
 )
 from memstore.ids import SnowflakeGenerator
-from memstore.messages import Message, parse_message
+from memstore.messages import Message
 from memstore.reports import (
     CompactionReport,
     DisplayEntry,
@@ -106,16 +101,13 @@ from memstore.sql.engine import translated_errors
 from memstore.sql.export import IMPORT_BATCH, import_report
 from memstore.sql.generation import GenerationStep
 from memstore.sql.inline_read import InlineSqliteReads
-from memstore.sql.lifecycle import decide_prune, prune_is_empty, prune_report
-from memstore.sql.queries import ChainCheck
+from memstore.sql.lifecycle import prune_is_empty
 from memstore.sql.schema import display, original
 from memstore.store_base import (
-    StoreBase,
     Summarizer,
     collecting_skips,
-    retry_probe,
-    still_unknown,
 )
+from memstore.store_writes import Steps, StoreWrites, acall
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -161,7 +153,7 @@ async def _apps_to_export(engine: AsyncEngine, apps: list[str] | None) -> AsyncI
         yield app
 
 
-class AsyncMemoryStore(StoreBase):
+class AsyncMemoryStore(StoreWrites):
     """Chat memory on an async engine and cache. Share one per event loop (or process).
 
     Args:
@@ -177,6 +169,10 @@ class AsyncMemoryStore(StoreBase):
     With ``worker_id="auto"`` (the default) the store leases a free worker id on its first
     write and renews it from an asyncio task; :meth:`close` releases it.
     """
+
+    _sql: AsyncSqlHistory
+    _retention: AsyncSqlRetention
+    _export: AsyncSqlExport
 
     def __init__(
         self,
@@ -420,42 +416,13 @@ class AsyncMemoryStore(StoreBase):
         retry_of: CommitOutcomeUnknownError | None = None,
     ) -> list[int]:
         """See :meth:`memstore.MemoryStore.append`."""
-        app = normalize_app_id(app_id)
-        user = normalize_user_id(user_id)
-        batch = [parse_message(message) for message in messages]
-        if retry_of is not None and await self._was_committed(app, retry_of, len(batch)):
-            return list(retry_of.ids)
-        ids = await self._write(app, user, batch, display_drafts(batch, self._formatters))
-        if ids and self._summarizer is not None and self.settings.compact_at_tokens is not None:
-            await self._auto_compact(app)
-        return ids
+        return await adrive(self._append_steps(app_id, messages, user_id, retry_of), acall)
 
     async def _was_committed(
         self, app_id: str, doubt: CommitOutcomeUnknownError, count: int
     ) -> bool:
         """See :meth:`memstore.MemoryStore._was_committed`."""
-        probe = retry_probe(app_id, doubt, count)
-        if probe is None:
-            return False
-        try:
-            written = await self._sql.was_committed(app_id, probe)
-        except StorageError as error:
-            raise still_unknown(doubt) from error
-        if written:
-            await self.memory(app_id).invalidate()
-        return written
-
-    async def _auto_compact(self, app_id: str) -> None:
-        """See :meth:`memstore.MemoryStore._auto_compact`."""
-        summarize = self._summarizer
-        threshold = self.settings.compact_at_tokens
-        try:
-            if summarize is None or threshold is None:
-                return
-            if self._auto_compaction_due(await self._cached_window(app_id)):
-                await self.compact(app_id, summarize, keep_last_tokens=threshold // 2)
-        except Exception as error:
-            self._auto_compaction_failed(app_id, error)
+        return bool(await adrive(self._was_committed_steps(app_id, doubt, count), acall))
 
     async def compact(
         self,
@@ -468,29 +435,10 @@ class AsyncMemoryStore(StoreBase):
     ) -> CompactionReport:
         """See :meth:`memstore.ChatMemory.compact`; ``summarize`` may be an ``async def``
         (awaited) or a plain function."""
-        app = normalize_app_id(app_id)
-        keep_tokens, keep_messages = self._keep_bounds(keep_last_tokens, keep_last_messages)
-        window = await _run_steps(self._compaction_window(), self._sql, app)
-        plan = plan_compaction(window, self._count, keep_tokens, keep_messages)
-        if plan is None:
-            return self._compaction_report(app, None)
-        try:
-            value: object = summarize(list(plan.inputs))
-            if inspect.isawaitable(value):
-                value = await value
-        except Exception as error:
-            raise self._summarizer_failed(error) from error
-        text = self._summary_text(value)
-        rows = self._summary_plan(app, text, plan, display)
-
-        async def commit_then_drop() -> int:
-            ids, _ = await self._insert_retrying(app, rows, ChainCheck(app, plan.previous_id))
-            # the summary is committed: a skipped drop is stamped like a skipped append
-            await self._cache_update(lambda: self.cache.invalidate(app))
-            return ids[0]
-
-        summary_id = await self._write_through(commit_then_drop(), app)
-        return self._compaction_report(app, plan, summary_id, text)
+        steps = self._compact_steps(
+            app_id, summarize, keep_last_tokens, keep_last_messages, display
+        )
+        return await adrive(steps, acall)
 
     async def _cached_window(self, app_id: str) -> list[Message]:
         """See :meth:`memstore.MemoryStore._cached_window`."""
@@ -513,18 +461,7 @@ class AsyncMemoryStore(StoreBase):
         fence: Collection[str] = (),
     ) -> list[int]:
         """See :meth:`memstore.MemoryStore._write`."""
-        if not batch and not drafts:
-            return []
-        plan = self._plan(app_id, user_id, batch, drafts)
-        plan.unresolved_call_ids.update(fence)
-        cache_entries = self._counted(plan.cache_entries)
-
-        async def commit_then_cache() -> list[int]:
-            ids, step = await self._insert_retrying(app_id, plan)
-            await self._cache_append(app_id, cache_entries, step)
-            return ids
-
-        return await self._write_through(commit_then_cache(), app_id)
+        return await adrive(self._write_steps(app_id, user_id, batch, drafts, fence), acall)
 
     async def _write_through(self, write: Awaitable[T], *app_ids: str, purge: bool = False) -> T:
         """Run ``write`` (SQL, then the windows of ``app_ids``) to its end: a cancelled caller
@@ -547,43 +484,14 @@ class AsyncMemoryStore(StoreBase):
 
         return await finish(guarded())
 
-    async def _insert_retrying(
-        self, app_id: str, plan: WritePlan, chain: ChainCheck | None = None
-    ) -> tuple[list[int], GenerationStep | None]:
-        """See :meth:`memstore.MemoryStore._insert_retrying`."""
-        attempt = 0
-        while True:
-            attempt += 1
-            await self._ensure_lease()  # renews here, before the transaction, when needed
-            try:
-                return await self._sql.insert(
-                    app_id, plan, self._issue_ids, chain, reads_first=attempt > 1
-                )
-            except (IdCollisionError, WorkerLeaseLostError) as error:
-                self._retry_write(attempt, error)
-            except CommitOutcomeUnknownError as error:
-                error.app_id = app_id
-                await self.memory(app_id).invalidate()  # see MemoryStore._insert_retrying
-                raise
-
     async def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None
     ) -> None:
         """See :meth:`memstore.MemoryStore._cache_append`."""
-        action = self._append_action(step is not None, bool(entries), self._local is not None)
-        if action == "local":
-            assert self._local is not None and step is not None
-            await self._local.append(app_id, entries, before=step.before, after=step.after)
-        elif action == "guarded":
-            assert step is not None
-            before, after = step.before, step.after
-            await self._cache_update(
-                lambda: self.cache.append(app_id, entries, before=before, after=after)
-            )
-        elif action == "invalidate":
-            await self._cache_update(lambda: self.cache.invalidate(app_id))
-        elif action == "plain":
-            await self._cache_update(lambda: self.cache.append(app_id, entries))
+        await adrive(self._cache_append_steps(app_id, entries, step), acall)
+
+    def _through(self, steps: Steps[T], *app_ids: str, purge: bool = False) -> Awaitable[T]:
+        return self._write_through(adrive(steps, acall), *app_ids, purge=purge)
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> AsyncTurnCollector:
         """An :class:`AsyncTurnCollector` for one streamed turn; use it with ``async with``."""
@@ -678,18 +586,7 @@ class AsyncMemoryStore(StoreBase):
         """See :meth:`memstore.MemoryStore.purge`."""
         self._watch_loop()
         app = normalize_app_id(app_id)
-
-        async def delete_then_drop() -> PurgeReport:
-            try:
-                counts = await self._sql.purge(app)
-            except StorageError:  # see MemoryStore.purge
-                await self._cache_update(lambda: self.cache.purge(app))
-                raise
-            self.row_memo.forget_app(app)
-            dropped = await self._cache_update(lambda: self.cache.purge(app))
-            return purge_report(app, counts, dropped)
-
-        return await self._write_through(delete_then_drop(), app, purge=True)
+        return await self._through(self._purge_steps(app), app, purge=True)
 
     async def prune(
         self,
@@ -713,24 +610,7 @@ class AsyncMemoryStore(StoreBase):
         return reports
 
     async def _prune_app(self, app_id: str, rule: RetentionRule, dry_run: bool) -> PruneReport:
-        now = datetime.now(timezone.utc)
-        snapshot = await self._retention.snapshot(app_id)
-        decision = decide_prune(app_id, snapshot, rule, now)
-        if dry_run:
-            counts = await self._retention.count(
-                decision.plan, decision.display, decision.guard_cutoff, app_id
-            )
-            return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
-
-        async def delete_then_drop() -> PruneReport:
-            counts = await self._retention.apply(
-                app_id, decision.plan, decision.display, decision.guard_cutoff
-            )
-            if decision.plan.drop:
-                await self._cache_update(lambda: self.cache.invalidate(app_id))
-            return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
-
-        return await self._write_through(delete_then_drop(), app_id)
+        return await adrive(self._prune_steps(app_id, rule, dry_run), acall)
 
     async def export(
         self, app_ids: Iterable[str | int] | None = None, user_id: str | None = None
@@ -792,14 +672,7 @@ class AsyncMemoryStore(StoreBase):
         return import_report(seen, counts)
 
     async def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
-        if not batch:
-            return
-
-        async def commit_then_drop() -> None:
-            for app in await self._export.import_batch(batch, counts):
-                await self._cache_update(partial(self.cache.invalidate, app))
-
-        await self._write_through(commit_then_drop(), *sorted({row.app_id for row in batch}))
+        await adrive(self._import_steps(batch, counts), acall)
 
     async def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created (an

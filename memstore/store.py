@@ -21,7 +21,6 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -32,8 +31,7 @@ from memstore.cache.memory_cache import InProcessWindowCache, NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core import health
-from memstore.core.compaction import plan_compaction
-from memstore.core.display import DisplayDraft, display_drafts
+from memstore.core.display import DisplayDraft
 from memstore.core.export import (
     AppCounts,
     ImportRow,
@@ -55,25 +53,22 @@ from memstore.core.inputs import (
 )
 from memstore.core.loader import RowRequest, Rows, WindowSteps, run_steps, window_steps
 from memstore.core.plans import (
-    WritePlan,
     history_page,
     positive,
-    purge_report,
     reload_report,
 )
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import FetchedRows, decode_row
 from memstore.core.staleness import marks_to_clear
+from memstore.core.steps import drive
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import Window, WindowEntry
 from memstore.errors import (
     CommitOutcomeUnknownError,
-    IdCollisionError,
     StorageError,
-    WorkerLeaseLostError,
 )
 from memstore.ids import SnowflakeGenerator
-from memstore.messages import Message, parse_message
+from memstore.messages import Message
 from memstore.reports import (
     CompactionReport,
     DisplayEntry,
@@ -96,17 +91,14 @@ from memstore.sql.export import (
     import_report,
 )
 from memstore.sql.generation import GenerationStep
-from memstore.sql.lifecycle import SqlRetention, decide_prune, prune_is_empty, prune_report
-from memstore.sql.queries import ChainCheck
+from memstore.sql.lifecycle import SqlRetention, prune_is_empty
 from memstore.sql.repository import SqlHistory
 from memstore.sql.schema import display, original
 from memstore.store_base import (
-    StoreBase,
     Summarizer,
     collecting_skips,
-    retry_probe,
-    still_unknown,
 )
+from memstore.store_writes import Steps, StoreWrites, call
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -132,7 +124,7 @@ class _ReloadReads:
     """The reports, when the cache reloads one app at a time (nothing left to do)."""
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(StoreWrites):
     """Chat memory for one database and one cache. Thread-safe; share one per process.
 
     Args:
@@ -154,6 +146,10 @@ class MemoryStore(StoreBase):
     ``worker_leases`` table on its first write and renews it from a daemon thread;
     :meth:`close` releases it.
     """
+
+    _sql: SqlHistory
+    _retention: SqlRetention
+    _export: SqlExport
 
     def __init__(
         self,
@@ -393,42 +389,12 @@ class MemoryStore(StoreBase):
         the messages are written now. Raises ``CommitOutcomeUnknownError`` again while the
         outcome cannot be told (the database still unreachable).
         """
-        app = normalize_app_id(app_id)
-        user = normalize_user_id(user_id)
-        batch = [parse_message(message) for message in messages]
-        if retry_of is not None and self._was_committed(app, retry_of, len(batch)):
-            return list(retry_of.ids)
-        ids = self._write(app, user, batch, display_drafts(batch, self._formatters))
-        if ids and self._summarizer is not None and self.settings.compact_at_tokens is not None:
-            self._auto_compact(app)
-        return ids
+        return drive(self._append_steps(app_id, messages, user_id, retry_of), call)
 
     def _was_committed(self, app_id: str, doubt: CommitOutcomeUnknownError, count: int) -> bool:
         """Whether the append ``doubt`` reports was committed (its window dropped again if
         so); see :meth:`append`'s ``retry_of``."""
-        probe = retry_probe(app_id, doubt, count)
-        if probe is None:
-            return False
-        try:
-            written = self._sql.was_committed(app_id, probe)
-        except StorageError as error:
-            raise still_unknown(doubt) from error
-        if written:
-            self.memory(app_id).invalidate()
-        return written
-
-    def _auto_compact(self, app_id: str) -> None:
-        """Compact the app when its window is over ``compact_at_tokens``; a failure is logged
-        (no message text) and never reaches the append, which is already stored."""
-        summarize = self._summarizer
-        threshold = self.settings.compact_at_tokens
-        try:
-            if summarize is None or threshold is None:
-                return
-            if self._auto_compaction_due(self._cached_window(app_id)):
-                self.compact(app_id, summarize, keep_last_tokens=threshold // 2)
-        except Exception as error:
-            self._auto_compaction_failed(app_id, error)
+        return bool(drive(self._was_committed_steps(app_id, doubt, count), call))
 
     def compact(
         self,
@@ -441,22 +407,10 @@ class MemoryStore(StoreBase):
     ) -> CompactionReport:
         """Replace the older part of the app's window with a summary; see
         :meth:`ChatMemory.compact`."""
-        app = normalize_app_id(app_id)
-        keep_tokens, keep_messages = self._keep_bounds(keep_last_tokens, keep_last_messages)
-        window = run_steps(self._compaction_window(), lambda r: self._sql.fetch(app, r))
-        plan = plan_compaction(window, self._count, keep_tokens, keep_messages)
-        if plan is None:
-            return self._compaction_report(app, None)
-        try:
-            value: object = summarize(list(plan.inputs))
-        except Exception as error:
-            raise self._summarizer_failed(error) from error
-        text = self._summary_text(value)
-        rows = self._summary_plan(app, text, plan, display)
-        ids, _ = self._insert_retrying(app, rows, ChainCheck(app, plan.previous_id))
-        # the summary is committed: a skipped drop is stamped like a skipped append
-        self._cache_update(lambda: self.cache.invalidate(app))
-        return self._compaction_report(app, plan, ids[0], text)
+        steps = self._compact_steps(
+            app_id, summarize, keep_last_tokens, keep_last_messages, display
+        )
+        return drive(steps, call)
 
     def _cached_window(self, app_id: str) -> list[Message]:
         """The app's window as reads serve it before any token budget: the cached one (stale
@@ -481,56 +435,17 @@ class MemoryStore(StoreBase):
         """Both histories in one transaction (one multi-row INSERT per table), then the cache.
         ``fence``: call ids whose requests must still be stored (else nothing is written:
         :class:`~memstore.errors.UnknownToolCallError`), checked under the app's lock."""
-        if not batch and not drafts:
-            return []
-        plan = self._plan(app_id, user_id, batch, drafts)
-        plan.unresolved_call_ids.update(fence)
-        cache_entries = self._counted(plan.cache_entries)
-        ids, step = self._insert_retrying(app_id, plan)
-        self._cache_append(app_id, cache_entries, step)
-        return ids
-
-    def _insert_retrying(
-        self, app_id: str, plan: WritePlan, chain: ChainCheck | None = None
-    ) -> tuple[list[int], GenerationStep | None]:
-        """Write ``plan`` in one transaction (appends and compactions alike), retrying with
-        fresh ids after a snowflake id collision and after the lease lapsed inside the
-        transaction (renewed first); see :meth:`StoreBase._retry_write`."""
-        attempt = 0
-        while True:
-            attempt += 1
-            self._ensure_lease()  # before the transaction: a renewal never waits on its locks
-            try:
-                # after a collision the ids go above the app's newest, read first
-                return self._sql.insert(
-                    app_id, plan, self._issue_ids, chain, reads_first=attempt > 1
-                )
-            except (IdCollisionError, WorkerLeaseLostError) as error:
-                self._retry_write(attempt, error)
-            except CommitOutcomeUnknownError as error:
-                error.app_id = app_id
-                self.memory(app_id).invalidate()  # no window may miss a write that went through
-                raise
+        return drive(self._write_steps(app_id, user_id, batch, drafts, fence), call)
 
     def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None
     ) -> None:
         """Hand a committed write's window entries to the cache, with its generation step
         (see :meth:`_append_action`; adapters writing in their own transaction call it too)."""
-        action = self._append_action(step is not None, bool(entries), self._local is not None)
-        if action == "local":
-            assert self._local is not None and step is not None
-            self._local.append(app_id, entries, before=step.before, after=step.after)
-        elif action == "guarded":
-            assert step is not None
-            before, after = step.before, step.after
-            self._cache_update(
-                lambda: self.cache.append(app_id, entries, before=before, after=after)
-            )
-        elif action == "invalidate":
-            self._cache_update(lambda: self.cache.invalidate(app_id))
-        elif action == "plain":
-            self._cache_update(lambda: self.cache.append(app_id, entries))
+        drive(self._cache_append_steps(app_id, entries, step), call)
+
+    def _through(self, steps: Steps[T], *app_ids: str, purge: bool = False) -> T:
+        return drive(steps, call)
 
     def collector(self, app_id: str | int, user_id: str | None = None) -> TurnCollector:
         """A :class:`~memstore.collector.TurnCollector` for one streamed agent turn of the app.
@@ -738,16 +653,7 @@ class MemoryStore(StoreBase):
     def purge(self, app_id: str | int) -> PurgeReport:
         """Hard-delete the app's rows (both histories and its loop-guard records) and its cache
         keys, in one transaction and one cache call. Exact match only."""
-        app = normalize_app_id(app_id)
-        try:
-            counts = self._sql.purge(app)
-        except StorageError:
-            # the commit may have gone through with its reply lost: never keep serving the
-            # purged text from the window (a purge that did fail only costs a rebuild)
-            self._cache_update(lambda: self.cache.purge(app))
-            raise
-        self.row_memo.forget_app(app)
-        return purge_report(app, counts, self._cache_update(lambda: self.cache.purge(app)))
+        return drive(self._purge_steps(normalize_app_id(app_id)), call)
 
     def prune(
         self,
@@ -776,20 +682,7 @@ class MemoryStore(StoreBase):
         return [report for report in reports if not prune_is_empty(report)]
 
     def _prune_app(self, app_id: str, rule: RetentionRule, dry_run: bool) -> PruneReport:
-        now = datetime.now(timezone.utc)
-        snapshot = self._retention.snapshot(app_id)
-        decision = decide_prune(app_id, snapshot, rule, now)
-        if dry_run:
-            counts = self._retention.count(
-                decision.plan, decision.display, decision.guard_cutoff, app_id
-            )
-            return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
-        counts = self._retention.apply(
-            app_id, decision.plan, decision.display, decision.guard_cutoff
-        )
-        if decision.plan.drop:
-            self._cache_update(lambda: self.cache.invalidate(app_id))
-        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
+        return drive(self._prune_steps(app_id, rule, dry_run), call)
 
     def export(
         self, app_ids: Iterable[str | int] | None = None, user_id: str | None = None
@@ -897,10 +790,7 @@ class MemoryStore(StoreBase):
         return import_report(seen, counts)
 
     def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
-        if not batch:
-            return
-        for app in self._export.import_batch(batch, counts):
-            self._cache_update(partial(self.cache.invalidate, app))
+        drive(self._import_steps(batch, counts), call)
 
     def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created (an

@@ -58,16 +58,13 @@ from memstore.core.export import (
 )
 from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from memstore.core.inputs import (
-    MAX_WINDOW_MESSAGES,
     normalize_app_id,
     normalize_app_ids,
     normalize_user_id,
 )
-from memstore.core.loader import RowRequest, Rows, WindowSteps, window_steps
+from memstore.core.loader import RowRequest, Rows, WindowSteps
 from memstore.core.plans import (
     history_page,
-    positive,
-    reload_report,
 )
 from memstore.core.retention import RetentionRule
 from memstore.core.rows import decode_row
@@ -107,7 +104,8 @@ from memstore.store_base import (
     Summarizer,
     collecting_skips,
 )
-from memstore.store_writes import Steps, StoreWrites, acall
+from memstore.store_reads import Steps
+from memstore.store_writes import StoreWrites, acall
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -443,14 +441,7 @@ class AsyncMemoryStore(StoreWrites):
     async def _cached_window(self, app_id: str) -> list[Message]:
         """See :meth:`memstore.MemoryStore._cached_window`."""
         self._watch_loop()
-        await self._drop_stale_windows()
-        generation = await self._generation(app_id)
-        cached = await self.cache.read(app_id)
-        served = self._served(cached, generation)
-        if served is not None:
-            return served
-        limit = self.settings.reload_max
-        return (await self._rebuild(app_id, limit, cached.version, generation))[0]
+        return await adrive(self._cached_window_steps(app_id), acall)
 
     async def _write(
         self,
@@ -509,19 +500,10 @@ class AsyncMemoryStore(StoreWrites):
     ) -> list[Message]:
         """See :meth:`memstore.MemoryStore.load_window`."""
         self._watch_loop()
-        app = normalize_app_id(app_id)
-        messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
-        first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        steps = window_steps(
-            messages,
-            start_at_user=first_user,
-            max_tokens=tokens,
-            count_tokens=self._count,
-            summaries=self._summaries if summaries else None,
-            lookahead=self._sql.lookahead,
+        steps = self._load_window_steps(
+            app_id, max_messages, max_tokens, start_at_user, oversize, summaries
         )
-        window = self._built(await _run_steps(steps, self._sql, app))
-        return self._fitted(app, window, tokens, policy).messages
+        return await adrive(steps, acall)
 
     def memory(self, app_id: str | int) -> AsyncChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -530,49 +512,7 @@ class AsyncMemoryStore(StoreWrites):
     async def reload(self, app_id: str | int, max_messages: int | None = None) -> ReloadReport:
         """See :meth:`memstore.MemoryStore.reload`."""
         self._watch_loop()
-        app = normalize_app_id(app_id)
-        limit = (
-            self.settings.reload_max
-            if max_messages is None
-            else positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
-        )
-        await self.cache.invalidate(app)
-        version = (await self.cache.read(app)).version
-        return (await self._rebuild(app, limit, version, await self._generation(app)))[1]
-
-    async def _generation(self, app_id: str) -> int | None:
-        """See :meth:`memstore.MemoryStore._generation`."""
-        return None if self._local is None else await self._sql.generation(app_id)
-
-    async def _rebuild(
-        self, app_id: str, limit: int, version: str, generation: int | None
-    ) -> tuple[list[Message], ReloadReport]:
-        steps = window_steps(
-            limit,
-            start_at_user=self.settings.window_start_at_user,
-            count_tokens=self._count,
-            summaries=self._summaries,
-            lookahead=self._sql.lookahead,
-        )
-        reads: list[Rows] = []
-        window = self._built(await _run_steps(steps, self._sql, app_id, reads))
-        budgeted = self._rebuilt_part(window)
-        kept = window.messages if budgeted is None else budgeted.messages
-        entries = self._entries(kept, reads)
-        if self._local is not None:
-            cached = await self._local.store(
-                app_id, entries, window.synthetic_call_ids, version, generation
-            )
-        elif self._guarded:
-            # read after the rows (see MemoryStore._rebuild)
-            reflected = await self._sql.generation(app_id) if entries else None
-            cached = await self.cache.store(
-                app_id, entries, window.synthetic_call_ids, version, reflected
-            )
-        else:
-            cached = await self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        self._rebuilt(cached)
-        return window.messages, reload_report(app_id, window, cached, budgeted)
+        return await adrive(self._reload_steps(app_id, max_messages), acall)
 
     async def history(
         self, app_id: str | int, limit: int = 20, before_id: int | None = None

@@ -46,15 +46,13 @@ from memstore.core.export import (
 )
 from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
 from memstore.core.inputs import (
-    MAX_WINDOW_MESSAGES,
     normalize_app_id,
     normalize_app_ids,
     normalize_user_id,
 )
-from memstore.core.loader import RowRequest, Rows, WindowSteps, run_steps, window_steps
+from memstore.core.loader import RowRequest, Rows, run_steps
 from memstore.core.plans import (
     history_page,
-    positive,
     reload_report,
 )
 from memstore.core.retention import RetentionRule
@@ -98,7 +96,8 @@ from memstore.store_base import (
     Summarizer,
     collecting_skips,
 )
-from memstore.store_writes import Steps, StoreWrites, call
+from memstore.store_reads import Steps
+from memstore.store_writes import StoreWrites, call
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -416,13 +415,7 @@ class MemoryStore(StoreWrites):
         """The app's window as reads serve it before any token budget: the cached one (stale
         windows dropped first, an in-process one checked against the app's generation), or
         on a miss the window rebuilt from SQL (``reload_max`` messages) and cached."""
-        self._drop_stale_windows()
-        generation = self._generation(app_id)
-        cached = self.cache.read(app_id)
-        served = self._served(cached, generation)
-        if served is not None:
-            return served
-        return self._rebuild(app_id, self.settings.reload_max, cached.version, generation)[0]
+        return drive(self._cached_window_steps(app_id), call)
 
     def _write(
         self,
@@ -458,37 +451,6 @@ class MemoryStore(StoreWrites):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _window(
-        self,
-        app_id: str,
-        max_messages: int | None,
-        start_at_user: bool,
-        max_tokens: int | None = None,
-        summaries: bool = True,
-        reads: list[Rows] | None = None,
-    ) -> Window:
-        """The window of ``app_id`` built from SQL; ``reads`` (when given) collects what each
-        of the loader's reads returned."""
-
-        def fetch(request: RowRequest) -> Rows:
-            rows = self._sql.fetch(app_id, request)
-            if reads is not None:
-                reads.append(rows)
-            return rows
-
-        window = run_steps(
-            window_steps(
-                max_messages,
-                start_at_user=start_at_user,
-                max_tokens=max_tokens,
-                count_tokens=self._count,
-                summaries=self._summaries if summaries else None,
-                lookahead=self._sql.lookahead,
-            ),
-            fetch,
-        )
-        return self._built(window)
-
     def load_window(
         self,
         app_id: str | int,
@@ -517,11 +479,10 @@ class MemoryStore(StoreWrites):
         summary counts toward both bounds and ``start_at_user`` applies after it.
         ``summaries=False`` gives the raw window, as if no compaction had happened.
         """
-        app = normalize_app_id(app_id)
-        messages, tokens, policy = self._bounds(max_messages, max_tokens, oversize)
-        first_user = self.settings.window_start_at_user if start_at_user is None else start_at_user
-        window = self._window(app, messages, first_user, tokens, summaries=bool(summaries))
-        return self._fitted(app, window, tokens, policy).messages
+        steps = self._load_window_steps(
+            app_id, max_messages, max_tokens, start_at_user, oversize, summaries
+        )
+        return drive(steps, call)
 
     def memory(self, app_id: str | int) -> ChatMemory:
         """The memory window of one app (cached, rebuilt from SQL on a miss)."""
@@ -529,15 +490,7 @@ class MemoryStore(StoreWrites):
 
     def reload(self, app_id: str | int, max_messages: int | None = None) -> ReloadReport:
         """Rebuild the app's cached window from SQL now, and report what the edge check did."""
-        app = normalize_app_id(app_id)
-        limit = (
-            self.settings.reload_max
-            if max_messages is None
-            else positive(max_messages, "max_messages", MAX_WINDOW_MESSAGES)
-        )
-        self.cache.invalidate(app)
-        version = self.cache.read(app).version
-        return self._rebuild(app, limit, version, self._generation(app))[1]
+        return drive(self._reload_steps(app_id, max_messages), call)
 
     def _reload_batch(self, app_ids: list[str], limit: int | None = None) -> list[ReloadReport]:
         """:meth:`reload` of several apps (normalized), in order, with the round trips shared:
@@ -591,16 +544,6 @@ class MemoryStore(StoreWrites):
             reports[app] = reload_report(app, windows[app], stored[app], parts[app])
         return [reports[app] for app in reads.app_ids]
 
-    def _window_steps(self, limit: int) -> WindowSteps:
-        """The loader steps of a rebuilt window (``limit`` messages)."""
-        return window_steps(
-            limit,
-            start_at_user=self.settings.window_start_at_user,
-            count_tokens=self._count,
-            summaries=self._summaries,
-            lookahead=self._sql.lookahead,
-        )
-
     def _prefetched_window(self, app_id: str, limit: int, first: RowRequest, rows: Rows) -> Window:
         """The rebuilt window of ``app_id`` whose first read (``first``) returned ``rows``."""
         pending = [rows]
@@ -611,35 +554,6 @@ class MemoryStore(StoreWrites):
             return self._sql.fetch(app_id, request)
 
         return self._built(run_steps(self._window_steps(limit), fetch))
-
-    def _generation(self, app_id: str) -> int | None:
-        """The app's SQL generation when the cache needs it (read before any window row)."""
-        return None if self._local is None else self._sql.generation(app_id)
-
-    def _rebuild(
-        self, app_id: str, limit: int, version: str, generation: int | None
-    ) -> tuple[list[Message], ReloadReport]:
-        reads: list[Rows] = []
-        window = self._window(app_id, limit, self.settings.window_start_at_user, reads=reads)
-        budgeted = self._rebuilt_part(window)
-        kept = window.messages if budgeted is None else budgeted.messages
-        entries = self._entries(kept, reads)
-        if self._local is not None:
-            cached = self._local.store(
-                app_id, entries, window.synthetic_call_ids, version, generation
-            )
-        elif self._guarded:
-            # read after the rows: every write they hold is at or below it, so its late
-            # APPEND (continuing from a lower generation) drops the window, never repeats it
-            reflected = self._sql.generation(app_id) if entries else None
-            cached = self.cache.store(
-                app_id, entries, window.synthetic_call_ids, version, reflected
-            )
-        else:
-            cached = self.cache.store(app_id, entries, window.synthetic_call_ids, version)
-        self._rebuilt(cached)
-        report = reload_report(app_id, window, cached, budgeted)
-        return window.messages, report
 
     def history(
         self, app_id: str | int, limit: int = 20, before_id: int | None = None

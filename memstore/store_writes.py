@@ -12,18 +12,18 @@ both; the generator decides, the stores only drive it (:func:`call` / :func:`aca
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Generator, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memstore.core.compaction import plan_compaction
 from memstore.core.display import DisplayDraft, display_drafts
 from memstore.core.export import AppCounts, ImportRow
 from memstore.core.inputs import normalize_app_id, normalize_user_id
-from memstore.core.loader import WindowSteps
 from memstore.core.plans import WritePlan, purge_report
 from memstore.core.retention import RetentionRule
-from memstore.core.window import Window, WindowEntry
+from memstore.core.window import WindowEntry
 from memstore.errors import (
     CommitOutcomeUnknownError,
     IdCollisionError,
@@ -35,15 +35,10 @@ from memstore.reports import CompactionReport, PruneReport, PurgeReport
 from memstore.sql.generation import GenerationStep
 from memstore.sql.lifecycle import decide_prune, prune_report
 from memstore.sql.queries import ChainCheck
-from memstore.store_base import StoreBase, Summarizer, retry_probe, still_unknown
+from memstore.store_base import Summarizer, retry_probe, still_unknown
+from memstore.store_reads import IO, Steps, StoreReads
 
 T = TypeVar("T")
-
-IO = Callable[[], Any]
-"""One step: an I/O call on the store's backends (its result, or an awaitable of it)."""
-
-Steps = Generator[IO, Any, T]
-"""A write's decisions: yields steps, gets their results back, returns the write's result."""
 
 
 def call(step: IO) -> Any:
@@ -57,7 +52,7 @@ async def acall(step: IO) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
-class StoreWrites(StoreBase):
+class StoreWrites(StoreReads):
     """The write generators both stores drive. The stores provide the backends and
     ``_through`` (how a write runs to its end: the async store shields it from its
     caller's cancellation)."""
@@ -75,7 +70,6 @@ class StoreWrites(StoreBase):
         def memory(self, app_id: str | int) -> Any: ...
         def _cache_update(self, update: Callable[[], Any]) -> Any: ...
         def _ensure_lease(self) -> Any: ...
-        def _cached_window(self, app_id: str) -> Any: ...
         def compact(
             self,
             app_id: str | int,
@@ -136,7 +130,7 @@ class StoreWrites(StoreBase):
         try:
             if summarize is None or threshold is None:
                 return
-            window = yield lambda: self._cached_window(app_id)
+            window = yield from self._cached_window_steps(app_id)
             if self._auto_compaction_due(window):
                 yield lambda: self.compact(app_id, summarize, keep_last_tokens=threshold // 2)
         except Exception as error:
@@ -181,8 +175,9 @@ class StoreWrites(StoreBase):
             yield self._ensure_lease  # before the transaction: a renewal never waits on its locks
             reads_first = attempt > 1  # after a collision the ids go above the app's newest
             try:
-                written: tuple[list[int], GenerationStep | None] = yield lambda: self._sql.insert(
-                    app_id, plan, self._issue_ids, chain, reads_first=reads_first
+                insert = partial(self._sql.insert, app_id, plan, self._issue_ids, chain)
+                written: tuple[list[int], GenerationStep | None] = yield partial(
+                    insert, reads_first=reads_first
                 )
                 return written
             except (IdCollisionError, WorkerLeaseLostError) as error:
@@ -244,17 +239,6 @@ class StoreWrites(StoreBase):
         ids, _ = yield from self._insert_retrying_steps(app_id, rows, chain)
         yield self._invalidation(app_id)  # committed: a skipped drop is stamped stale
         return ids[0]
-
-    def _fetched(self, steps: WindowSteps, app_id: str) -> Steps[Window]:
-        """The loader's row requests of ``steps`` as I/O steps on ``self._sql``."""
-        try:
-            request = next(steps)
-            while True:
-                asked = request
-                request = steps.send((yield lambda: self._sql.fetch(app_id, asked)))
-        except StopIteration as done:
-            window: Window = done.value
-            return window
 
     # -- removals ----------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ cleanly on Ctrl-C or a termination signal."""
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from typing import TypeVar
 import click
 
 from memstore.cli._common import EXIT_FINDINGS
-from memstore.cli._output import _emit_json, terminal_safe
+from memstore.cli._output import _emit_json, progress_bar, terminal_safe
 from memstore.core.inputs import normalize_app_id
 from memstore.errors import MemstoreError
 from memstore.sql import admin
@@ -58,16 +57,15 @@ class Skipped:
 def _walk(
     store: MemoryStore, apps: list[str] | None, label: str, skipped: Skipped | None = None
 ) -> Iterator[str]:
-    """The apps to act on; with ``--all`` a progress bar on a terminal, paging through apps,
-    and a stored app id that is not valid (an empty one another tool wrote, say) is passed
-    over into ``skipped``."""
+    """The apps to act on, with a progress bar over them on a terminal; with ``--all`` paging
+    through the stored apps, and a stored app id that is not valid (an empty one another tool
+    wrote, say) is passed over into ``skipped``."""
     if apps is not None:
-        yield from apps
+        with progress_bar(apps, length=len(apps), label=label) as bar:
+            yield from bar
         return
     total = admin.count_apps(store.engine)
-    with click.progressbar(
-        admin.iter_app_ids(store.engine), length=total, label=label, file=sys.stderr
-    ) as bar:
+    with progress_bar(admin.iter_app_ids(store.engine), length=total, label=label) as bar:
         for app in bar:
             try:
                 yield normalize_app_id(app)

@@ -5,12 +5,28 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from collections.abc import Iterable
+from typing import Any
 
 import click
 
 from memstore.messages import Message
 
 PROVIDER_FORMATS = ("openai", "anthropic", "langchain4j")
+
+
+def progress_bar(iterable: Iterable[Any] | None = None, *, length: int | None, label: str) -> Any:
+    """The progress bar of a command that can take more than a second: drawn on stderr when
+    stderr is a terminal, and nothing at all otherwise (not even the label line click prints
+    to a pipe), so logs and captured output stay clean."""
+    try:
+        terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        terminal = False
+    return click.progressbar(
+        iterable, length=length, label=label, file=sys.stderr, hidden=not terminal
+    )
 
 
 def _emit_json(data: object) -> None:

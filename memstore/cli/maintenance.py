@@ -3,7 +3,6 @@ user, at once), ``memstore prune`` (retention) and ``memstore rekey`` (encryptio
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +25,7 @@ from memstore.cli._common import (
     store_options,
     yes_option,
 )
-from memstore.cli._output import _emit_json
+from memstore.cli._output import _emit_json, progress_bar
 from memstore.core.inputs import normalize_app_id
 from memstore.sql import admin
 from memstore.store import MemoryStore
@@ -99,7 +98,7 @@ def purge(
         for kind, target, counts in targets:
             click.echo(
                 f"{kind} {target!r}: {counts.original_rows} original rows, "
-                f"{counts.display_rows} display rows",
+                f"{counts.display_rows} display rows, {counts.tool_executions} tool executions",
                 err=as_json,
             )
         if dry_run:
@@ -110,6 +109,7 @@ def purge(
                             kind: t,
                             "original_rows": c.original_rows,
                             "display_rows": c.display_rows,
+                            "tool_executions": c.tool_executions,
                             "dry_run": True,
                         }
                         for kind, t, c in targets
@@ -118,38 +118,43 @@ def purge(
             return
         _confirm(yes, "purge", "Delete these rows permanently?")
         done = []
-        for kind, target, _counts in targets:
-            executions = 0
-            if kind == "user":
-                counts, _apps_touched = operations.purge_user(store, target)
-                original_rows, display_rows = counts.original_rows, counts.display_rows
-            else:
-                report = store.purge(target)
-                original_rows, display_rows = report.original_rows, report.display_rows
-                executions = report.tool_executions
-            audit.info(
-                "purge %s=%r original_rows=%d display_rows=%d tool_executions=%d",
-                kind,
-                target,
-                original_rows,
-                display_rows,
-                executions,
+        with progress_bar(targets, length=len(targets), label="purging") as bar:
+            for kind, target, _counts in bar:
+                done.append(_purge_one(store, kind, target))
+        for entry in done if not as_json else ():
+            kind, target = ("user", entry["user"]) if "user" in entry else ("app", entry["app"])
+            click.echo(
+                f"purged {kind} {target!r}: {entry['original_rows']} original rows, "
+                f"{entry['display_rows']} display rows, {entry['tool_executions']} tool executions"
             )
-            done.append(
-                {
-                    kind: target,
-                    "original_rows": original_rows,
-                    "display_rows": display_rows,
-                    "tool_executions": executions,
-                }
-            )
-            if not as_json:
-                click.echo(
-                    f"purged {kind} {target!r}: {original_rows} original rows, "
-                    f"{display_rows} display rows, {executions} tool executions"
-                )
         if as_json:
             _emit_json(done)
+
+
+def _purge_one(store: MemoryStore, kind: str, target: str) -> dict[str, Any]:
+    """Purge one app or one user; the audit line; what the command reports of it."""
+    if kind == "user":
+        counts, _apps_touched = operations.purge_user(store, target)
+        original_rows, display_rows = counts.original_rows, counts.display_rows
+        executions = counts.tool_executions
+    else:
+        report = store.purge(target)
+        original_rows, display_rows = report.original_rows, report.display_rows
+        executions = report.tool_executions
+    audit.info(
+        "purge %s=%r original_rows=%d display_rows=%d tool_executions=%d",
+        kind,
+        target,
+        original_rows,
+        display_rows,
+        executions,
+    )
+    return {
+        kind: target,
+        "original_rows": original_rows,
+        "display_rows": display_rows,
+        "tool_executions": executions,
+    }
 
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -282,6 +287,7 @@ def prune(
     help="Rows per batch (one short transaction each).",
 )
 @click.option("--dry-run", is_flag=True, help="Only count the values that would be sealed.")
+@yes_option
 @json_option("Print the report as JSON.")
 @missing_ok_option
 @database_option
@@ -289,6 +295,7 @@ def rekey(
     app_ids: tuple[str, ...],
     batch_size: int,
     dry_run: bool,
+    yes: bool,
     as_json: bool,
     missing_ok: bool,
     database_url: str | None,
@@ -312,7 +319,9 @@ def rekey(
             f"rekey {total} values to key id {key_id!r}" + (" (dry run)" if dry_run else ""),
             err=True,
         )
-        with click.progressbar(length=total, label="rekeying", file=sys.stderr) as bar:
+        if not dry_run and total:
+            _confirm(yes, "rekey", "Rewrite these values under this key?")
+        with progress_bar(length=total, label="rekeying") as bar:
             try:
                 report = store.rekey(
                     batch_size,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from memstore.cli._common import (
     redis_option,
     store_options,
 )
-from memstore.cli._output import PROVIDER_FORMATS, _emit_json, _provider_format
+from memstore.cli._output import PROVIDER_FORMATS, _emit_json, _provider_format, progress_bar
 from memstore.core.inputs import normalize_app_id
 from memstore.importers import SOURCES, SessionImport, convert, import_session
 from memstore.sql import admin
@@ -81,13 +80,14 @@ def _export_records(
     """Write the export's lines to ``out`` (a progress bar over the apps on a terminal's
     stderr); return how many."""
     written = 0
-    if fmt == "jsonl" and apps is None:  # --user-id
-        for record in store.export(None, user_id):
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            written += 1
+    if fmt == "jsonl" and apps is None:  # --user-id: records of unknown number, a moving bar
+        with progress_bar(store.export(None, user_id), length=None, label="exporting") as bar:
+            for record in bar:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += 1
         return written
     assert apps is not None
-    with click.progressbar(length=len(apps), label="exporting", file=sys.stderr) as bar:
+    with progress_bar(length=len(apps), label="exporting") as bar:
         if fmt == "jsonl":
             current = None
             for record in store.export(apps):
@@ -165,9 +165,7 @@ def import_command(
         raise click.BadParameter(f"no file at {file!r}", param_hint="FILE")
     with _open(database_url, redis_url) as store:
         lines = sum(1 for _ in _records(file, store))  # validates every record first
-        with click.progressbar(
-            _records(file, None), length=lines, label="importing", file=sys.stderr
-        ) as bar:
+        with progress_bar(_records(file, None), length=lines, label="importing") as bar:
             report = store.import_records(bar)
         audit.info(
             "import file=%r original_rows=%d display_rows=%d tool_executions=%d",
@@ -254,12 +252,7 @@ def _import_sessions(
     interrupted = False
     with (
         _open(database_url, redis_url) as store,
-        click.progressbar(
-            read(path, **options),
-            length=sessions,
-            label="importing sessions",
-            file=sys.stderr,
-        ) as bar,
+        progress_bar(read(path, **options), length=sessions, label="importing sessions") as bar,
     ):
         try:
             for session_id, items in bar:

@@ -48,6 +48,7 @@ from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
 from memstore.sql.queries import (
     NEWEST_IDS,
+    NEWEST_OF_TYPE,
     ONE_ROW,
     REQUEST_SCAN_PAGE,
     TOOL_REQUEST_TYPE,
@@ -55,6 +56,7 @@ from memstore.sql.queries import (
     in_app,
     latest_summary_query,
     newest_first,
+    of_type,
     requested_ids_in,
     written_ids,
     written_in,
@@ -101,12 +103,8 @@ _APP = sa.bindparam("d_app", type_=original.c.app_id.type)
 def _request_page(before: bool) -> sa.Select[Any]:
     query = (
         sa.select(original.c.id, original.c.payload)
-        .where(
-            in_app(original, _APP),
-            original.c.message_type == TOOL_REQUEST_TYPE,
-            original.c.is_deleted == sa.false(),
-        )
-        .order_by(*newest_first(original))
+        .where(of_type(_APP, TOOL_REQUEST_TYPE), original.c.is_deleted == sa.false())
+        .order_by(*NEWEST_OF_TYPE)
         .limit(written_in(REQUEST_SCAN_PAGE))
     )
     if before:

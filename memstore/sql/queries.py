@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.visitors import InternalTraversal, _TraverseInternalsType
 
 from memstore.core.crypto import RowCipher
 from memstore.core.loader import RowRequest
@@ -77,21 +79,157 @@ TOOL_REQUEST_TYPE = written_in(TOOL_REQUEST)
 """The tool-request rows' ``message_type``, written into the SQL (see :func:`written_in`)."""
 
 
-def in_app(table: sa.Table, app_id: str | sa.BindParameter[str]) -> sa.ColumnElement[bool]:
-    """``app_id = :app``, spelled as a one-value range.
+ID_FLOOR = written_in(-(2**63))
+"""The least ``BIGINT``: the lower id bound of an app's rows in a row-value range."""
 
-    With plain equality PostgreSQL folds ``app_id`` out of the sort and, for an app whose rows
-    are old, scans the primary key backwards through every newer row of other apps (100 ms at
-    300k rows instead of 0.2 ms). The range keeps ``ORDER BY app_id, id`` meaningful, so every
-    database walks the ``(app_id, id)`` index. Ids compare byte for byte, so the range holds
-    exactly the rows equality would.
+ID_CEILING = written_in(2**63 - 1)
+"""The greatest ``BIGINT``: the upper id bound of an app's rows in a row-value range."""
+
+
+class InApp(sa.ColumnElement[bool]):
+    """The rows of one app (between two ids), as :func:`in_app` writes them for each
+    database."""
+
+    __visit_name__ = "memstore_in_app"
+    inherit_cache = True
+    _is_implicitly_boolean = True  # a condition, not a value to compare with 1
+    _traverse_internals: _TraverseInternalsType = [  # noqa: RUF012 (SQLAlchemy's own)
+        ("app_column", InternalTraversal.dp_clauseelement),
+        ("id_column", InternalTraversal.dp_clauseelement),
+        ("app", InternalTraversal.dp_clauseelement),
+        ("below", InternalTraversal.dp_clauseelement),
+        ("above", InternalTraversal.dp_clauseelement),
+    ]
+    type = sa.Boolean()
+
+    def __init__(
+        self,
+        table: sa.Table,
+        app_id: str | sa.BindParameter[str],
+        below: int | sa.BindParameter[int] | None = None,
+        above: int | sa.BindParameter[int] | None = None,
+    ) -> None:
+        self.app_column: sa.ColumnElement[str] = table.c.app_id
+        self.id_column: sa.ColumnElement[int] = table.c.id
+        # bound values typed as their columns (an untyped bindparam takes the column's type)
+        self.app: sa.ColumnElement[str] = (table.c.app_id == app_id).right
+        self.below = None if below is None else (table.c.id < below).right
+        self.above = None if above is None else (table.c.id > above).right
+
+    @property
+    def _from_objects(self) -> list[Any]:
+        return self.app_column._from_objects
+
+    def _id_bounds(self) -> list[sa.ColumnElement[bool]]:
+        bounds = []
+        if self.below is not None:
+            bounds.append(self.id_column < self.below)
+        if self.above is not None:
+            bounds.append(self.id_column > self.above)
+        return bounds
+
+    def equality(self) -> sa.ColumnElement[bool]:
+        return sa.and_(self.app_column == self.app, *self._id_bounds())
+
+    def one_value_range(self) -> sa.ColumnElement[bool]:
+        return sa.and_(self.app_column >= self.app, self.app_column <= self.app, *self._id_bounds())
+
+    def row_value_range(self) -> sa.ColumnElement[bool]:
+        # inclusive bounds: a row comparison is estimated by its leading column's operator,
+        # and app_id < :app could be estimated at no rows at all
+        low = ID_FLOOR if self.above is None else self.above + written_in(1)
+        high = ID_CEILING if self.below is None else self.below - written_in(1)
+        rows = sa.tuple_(self.app_column, self.id_column)
+        return sa.and_(rows >= sa.tuple_(self.app, low), rows <= sa.tuple_(self.app, high))
+
+
+@compiles(InApp)
+def _in_app_equality(element: InApp, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.equality().self_group(), **kw))
+
+
+@compiles(InApp, "postgresql")
+def _in_app_row_values(element: InApp, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.row_value_range().self_group(), **kw))
+
+
+@compiles(InApp, "mysql")
+@compiles(InApp, "mariadb")
+def _in_app_one_value_range(element: InApp, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.one_value_range().self_group(), **kw))
+
+
+def in_app(
+    table: sa.Table,
+    app_id: str | sa.BindParameter[str],
+    *,
+    below: int | sa.BindParameter[int] | None = None,
+    above: int | sa.BindParameter[int] | None = None,
+) -> sa.ColumnElement[bool]:
+    """The rows of one app: ``app_id = :app`` (and ``id < below``, ``id > above`` when
+    given), spelled per database so that a read ordered by :func:`newest_first` (or
+    ``app_id, id``) with a ``LIMIT`` is a range scan of the ``(app_id, id)`` index that stops
+    at the limit, whatever the planner knows about the table: statistics or none (before a
+    table's first ``ANALYZE``: after a bulk import, autovacuum lagging), a generic plan of a
+    prepared statement, one huge app among many small ones, its rows the oldest or the
+    newest. Each spelling holds exactly the rows equality would (ids compare byte for byte,
+    and every id lies in ``BIGINT``). ``tests/integration/test_query_plans.py`` checks every
+    hot read with EXPLAIN, before and after ``ANALYZE``, on each database:
+
+    * PostgreSQL: the row-value range ``(app_id, id) >= (:app, <least bigint>) AND (app_id,
+      id) <= (:app, <greatest bigint>)``. With plain equality PostgreSQL folds ``app_id`` out
+      of the ordering: with statistics it then walks the primary key backwards through every
+      newer row of other apps (for an app whose rows are old: 100 ms at 300k rows instead of
+      0.2 ms); without statistics it estimates an app at 0.5% of the table and, when that is
+      near the limit, reads and sorts every row of the app instead (100-250 ms for an app of
+      200k rows). The one-value range ``app_id >= :app AND app_id <= :app`` keeps the order
+      but is estimated at 0.5% without statistics too. A row-value comparison is estimated
+      from its leading column alone: the two bounds together at a ninth of the table without
+      statistics, and with statistics at least at the app's share of it, so the ordered scan
+      with its limit costs less than reading the app's rows and sorting them (without
+      statistics, unless the whole table is only a few dozen limits long: then a sort reads
+      little either way).
+    * MySQL/MariaDB: the one-value range. MariaDB does not use a row-value comparison as an
+      index range (it scans the whole index), and with equality it sorts the app's rows
+      (``ORDER BY app_id DESC, id DESC``) or, before ``ANALYZE TABLE``, walks the primary key
+      (``ORDER BY id DESC``).
+    * SQLite and others: plain equality.
+
+    ``below`` / ``above`` (a keyset page's bounds) belong here rather than beside: on
+    PostgreSQL they become the row values' own bounds, ``(:app, :below - 1)`` and ``(:app,
+    :above + 1)``. Beside them, ``id < :before AND id > :after`` is a range of the primary key
+    that a generic plan (a statement the driver prepared, planned without its values)
+    estimated at 0.5% of the table and read, sorting what it found. Other id conditions
+    beside this one still hold and every database starts the scan at them, but PostgreSQL
+    may read the app's other index entries to check them.
     """
-    return sa.and_(table.c.app_id >= app_id, table.c.app_id <= app_id)
+    if "id" not in table.c:  # a table keyed by (app_id, ...) without ids: its key's prefix
+        assert below is None and above is None
+        return table.c.app_id == app_id
+    return InApp(table, app_id, below, above)
 
 
 def newest_first(table: sa.Table) -> tuple[sa.UnaryExpression[Any], sa.UnaryExpression[Any]]:
-    """The ``(app_id, id)`` index order, newest first (see :func:`in_app`)."""
+    """The ``(app_id, id)`` index order, newest first (see :func:`in_app`): ``app_id`` is
+    named so that no database reads the app's rows in primary-key order instead."""
     return table.c.app_id.desc(), table.c.id.desc()
+
+
+def of_type(
+    app_id: str | sa.BindParameter[str], message_type: sa.ColumnElement[str]
+) -> sa.ColumnElement[bool]:
+    """The original rows of one app and one ``message_type`` (:data:`SUMMARY_TYPE`,
+    :data:`TOOL_REQUEST_TYPE`), read in :data:`NEWEST_OF_TYPE` order: a range of the
+    ``(app_id, message_type, id)`` index. Plain equality on both columns: PostgreSQL (with
+    or without statistics), MariaDB (before and after ``ANALYZE TABLE``) and SQLite then
+    read that index in order (``tests/integration/test_query_plans.py``). A row-value range
+    as in :func:`in_app` does not work here: PostgreSQL then reads the app's rows through
+    ``(app_id, id)`` and sorts them by type (an incremental sort over the whole app)."""
+    return sa.and_(original.c.app_id == app_id, original.c.message_type == message_type)
+
+
+NEWEST_OF_TYPE = (original.c.message_type.desc(), original.c.id.desc())
+"""The ``(app_id, message_type, id)`` index order, newest first, for :func:`of_type`."""
 
 
 def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
@@ -101,17 +239,13 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     query = (
         sa.select(original.c.id, original.c.payload)
         .where(
-            in_app(original, app_id),
+            in_app(original, app_id, below=request.before_id, above=request.after_id),
             original.c.is_deleted == sa.false(),
             original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
         .limit(request.limit)
     )
-    if request.before_id is not None:
-        query = query.where(original.c.id < request.before_id)
-    if request.after_id is not None:
-        query = query.where(original.c.id > request.after_id)
     if request.summary:
         summary = latest_summary_query(app_id, payload=True).subquery()
         rows = query.subquery()
@@ -136,17 +270,18 @@ def window_statement(before: bool, after: bool, summary: bool, limit: int | None
     query = (
         sa.select(*_WINDOW_COLUMNS)
         .where(
-            in_app(original, _WINDOW_APP),
+            in_app(
+                original,
+                _WINDOW_APP,
+                below=sa.bindparam("w_before", type_=sa.BigInteger()) if before else None,
+                above=sa.bindparam("w_after", type_=sa.BigInteger()) if after else None,
+            ),
             original.c.is_deleted == sa.false(),
             original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
         .limit(sa.bindparam("w_limit", type_=sa.Integer()) if limit is None else written_in(limit))
     )
-    if before:
-        query = query.where(original.c.id < sa.bindparam("w_before", type_=sa.BigInteger()))
-    if after:
-        query = query.where(original.c.id > sa.bindparam("w_after", type_=sa.BigInteger()))
     if not summary:
         return query
     newest_summary = summary_statement().subquery()
@@ -186,12 +321,8 @@ def latest_summary_query(
         columns = [original.c.id, original.c.payload] if payload else [original.c.id]
     return (
         sa.select(*columns)
-        .where(
-            original.c.app_id == app_id,
-            original.c.message_type == SUMMARY_TYPE,
-            original.c.is_deleted == sa.false(),
-        )
-        .order_by(original.c.message_type.desc(), original.c.id.desc())
+        .where(of_type(app_id, SUMMARY_TYPE), original.c.is_deleted == sa.false())
+        .order_by(*NEWEST_OF_TYPE)
         .limit(ONE_ROW)
     )
 
@@ -201,11 +332,7 @@ def oldest_first_query(app_id: str, after_id: int, limit: int) -> sa.Select[Any]
     first: the walk over a whole history (CLI, adapters)."""
     return (
         sa.select(original.c.id, original.c.payload)
-        .where(
-            in_app(original, app_id),
-            original.c.is_deleted == sa.false(),
-            original.c.id > after_id,
-        )
+        .where(in_app(original, app_id, above=after_id), original.c.is_deleted == sa.false())
         .order_by(original.c.app_id, original.c.id)
         .limit(limit)
     )
@@ -249,15 +376,12 @@ NEWEST_IDS = newest_id_query(sa.bindparam("app_id", type_=sa.String))
 
 
 def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
-    """One page of the app's tool-request rows below ``before_id``, newest first."""
+    """One page of the app's tool-request rows below ``before_id``, newest first: a range of
+    the ``(app_id, message_type, id)`` index (see :func:`of_type`)."""
     query = (
         sa.select(original.c.id, original.c.payload)
-        .where(
-            in_app(original, app_id),
-            original.c.message_type == TOOL_REQUEST_TYPE,
-            original.c.is_deleted == sa.false(),
-        )
-        .order_by(*newest_first(original))
+        .where(of_type(app_id, TOOL_REQUEST_TYPE), original.c.is_deleted == sa.false())
+        .order_by(*NEWEST_OF_TYPE)
         .limit(written_in(REQUEST_SCAN_PAGE))
     )
     if before_id is not None:
@@ -272,15 +396,12 @@ def requested_ids_in(payload: str, app_id: str, row_id: int, cipher: RowCipher) 
 
 
 def history_query(app_id: str, limit: int, before_id: int | None) -> sa.Select[Any]:
-    query = (
+    return (
         sa.select(display)
-        .where(in_app(display, app_id), display.c.is_deleted == sa.false())
+        .where(in_app(display, app_id, below=before_id), display.c.is_deleted == sa.false())
         .order_by(*newest_first(display))
         .limit(limit)
     )
-    if before_id is not None:
-        query = query.where(display.c.id < before_id)
-    return query
 
 
 def display_entry(row: Any, cipher: RowCipher) -> DisplayEntry:

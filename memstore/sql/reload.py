@@ -39,14 +39,16 @@ UNION_APPS = 25
 def _lateral_statement(summary: bool, limit: int) -> Any:
     """PostgreSQL: the first read of every app of the array ``:r_apps`` in one statement
     (``limit`` rows each, written into the SQL: see
-    :func:`memstore.sql.fastread.window_read`)."""
+    :func:`memstore.sql.fastread.window_read`; the app's rows as the row-value range that
+    :func:`memstore.sql.queries.in_app` writes for PostgreSQL)."""
     table, c = original.name, original.c
     rows = (
         f"SELECT a.app_id, r.id, r.payload, r.message_type "
         f"FROM unnest(CAST(:r_apps AS text[])) AS a(app_id) "
         f"CROSS JOIN LATERAL (SELECT o.{c.id.name} AS id, o.{c.payload.name} AS payload, "
         f"o.{c.message_type.name} AS message_type "
-        f"FROM {table} o WHERE o.{c.app_id.name} >= a.app_id AND o.{c.app_id.name} <= a.app_id "
+        f"FROM {table} o WHERE (o.{c.app_id.name}, o.{c.id.name}) >= (a.app_id, {-(2**63)}) "
+        f"AND (o.{c.app_id.name}, o.{c.id.name}) <= (a.app_id, {2**63 - 1}) "
         f"AND o.{c.is_deleted.name} = false AND o.{c.message_type.name} <> {SUMMARY_TYPE} "
         f"ORDER BY o.{c.app_id.name} DESC, o.{c.id.name} DESC LIMIT {written_in(limit)}) r"
     )

@@ -45,7 +45,7 @@ def values(url: str) -> list[str]:
 
 def run(url: str, keys: str | None, *args: str) -> tuple[int, str, str]:
     env = {"MEMSTORE_ENCRYPTION_KEYS": keys} if keys else {}
-    result = CliRunner().invoke(cli, ["rekey", *args, "--database-url", url], env=env)
+    result = CliRunner().invoke(cli, ["rekey", *args, "--yes", "--database-url", url], env=env)
     return result.exit_code, result.stdout, result.stderr
 
 

@@ -2,7 +2,9 @@
 
 The docs are checked against the code by the tests beside this module; these helpers only parse.
 A code block's marker is an HTML comment on the last non-blank line before its opening fence:
-``<!-- docs-test: skip REASON -->`` or ``<!-- docs-test: given NAME[, NAME] -->``.
+``<!-- docs-test: skip REASON -->`` or ``<!-- docs-test: given NAME[, NAME] -->`` (for a
+``bash`` block, NAME is a fixture of ``given_shell.py``; for a ``python`` block, one of
+``test_code_blocks.GIVEN``).
 """
 
 from __future__ import annotations

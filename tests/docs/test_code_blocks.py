@@ -12,6 +12,9 @@ import json
 import os
 import runpy
 import shlex
+import signal
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +25,9 @@ import pytest
 
 from memstore import MemoryStore
 from memstore.cli import cli
+from tests.docs.given_shell import FIXTURES as SHELL_GIVEN
 from tests.docs.markdown import MARKER_KINDS, ROOT, Block, blocks, markdown_files
+from tests.docs.shell import commands, script
 
 EXAMPLES = ROOT / "examples"
 
@@ -109,7 +114,8 @@ def test_markers_are_known_and_explained() -> None:
             assert block.marker_arg, f"{block.where}: a {block.marker} marker needs its argument"
             if block.marker == "given":
                 names = [n.strip() for n in block.marker_arg.split(",")]
-                assert set(names) <= set(GIVEN), f"{block.where}: unknown fixture {names}"
+                known = SHELL_GIVEN if block.lang == "bash" else GIVEN
+                assert set(names) <= set(known), f"{block.where}: unknown fixture {names}"
 
 
 @pytest.mark.parametrize("path", _pages_with("json"), ids=_page_id)
@@ -166,6 +172,71 @@ def test_shell_blocks_name_real_commands_and_options(path: Path) -> None:
             options = {w.split("=")[0] for w in rest if w.startswith("--")}
             unknown = options - _option_names(command)
             assert not unknown, f"{block.where}: {line!r}: no such option {sorted(unknown)}"
+
+
+SHELL_LANGS = ("bash", "sh", "shell", "console", "zsh")
+
+
+def test_shell_blocks_are_bash() -> None:
+    """The runner below reads ```` ```bash ```` blocks: another shell tag would escape it."""
+    for path in markdown_files():
+        for block in blocks(path):
+            assert block.lang not in SHELL_LANGS[1:], f"{block.where}: tag it bash"
+
+
+@pytest.mark.parametrize("path", _pages_with("bash"), ids=_page_id)
+def test_shell_blocks_run(path: Path, scratch: Path) -> None:
+    """The page's ``bash`` blocks run in order in one shell, in the fresh folder on the
+    embedded default, with no terminal (a command that would ask must show ``--yes``): every
+    command that runs (see tests/docs/shell.py) exits 0."""
+    steps = []
+    for block in blocks(path):
+        if block.lang != "bash" or block.marker == "skip":
+            continue
+        to_run = [command for command in commands(block) if command.left_out() is None]
+        steps.append((block, block.marker_arg if block.marker == "given" else None, to_run))
+    if not any(to_run or fixtures for _, fixtures, to_run in steps):
+        pytest.skip("no command of this page runs here (installs, the test suite, servers)")
+    (scratch / "examples").symlink_to(EXAMPLES)  # as in a checkout: `python examples/...`
+    env = {name: value for name, value in os.environ.items() if not name.startswith("MEMSTORE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    given = f"{shlex.quote(sys.executable)} -m tests.docs.given_shell"
+    shell = subprocess.Popen(
+        ["bash", "-c", script(steps, given)],
+        cwd=scratch,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a timeout ends every process the page started
+    )
+    try:
+        _out, err = shell.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(shell.pid, signal.SIGKILL)
+        _out, err = shell.communicate()
+        raise AssertionError(f"{_page_id(path)}: ran over 10 minutes\n{err[-4000:]}") from None
+    assert shell.returncode == 0, err[-4000:]
+
+
+def test_destructive_commands_in_the_docs_show_yes() -> None:
+    """``purge``, ``prune``, ``rekey`` and ``migrate downgrade`` ask on a terminal and refuse
+    without one: a docs line that does not show ``--yes`` (or ``--dry-run``) fails when copied
+    into a script."""
+    for path in markdown_files():
+        for block in blocks(path):
+            if block.lang != "bash":
+                continue
+            for line in _command_lines(block):
+                words = shlex.split(line.replace("[", " ").replace("]", " "))[1:]
+                destructive = words[:1] in (["purge"], ["prune"], ["rekey"]) or words[:2] == [
+                    "migrate",
+                    "downgrade",
+                ]
+                if destructive and not {"--yes", "--dry-run"} & set(words):
+                    raise AssertionError(f"{block.where}: {line!r} asks first: show --yes")
 
 
 def test_every_example_is_shown_in_the_docs_and_runs(scratch: Path) -> None:

@@ -62,7 +62,6 @@ from memstore.core.inputs import (
     normalize_app_ids,
     normalize_user_id,
 )
-from memstore.core.loader import RowRequest, Rows, WindowSteps
 from memstore.core.plans import (
     history_page,
 )
@@ -72,7 +71,7 @@ from memstore.core.staleness import marks_to_clear
 from memstore.core.steps import adrive
 from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, WindowEntry
+from memstore.core.window import WindowEntry
 from memstore.errors import (
     CommitOutcomeUnknownError,
     StorageError,
@@ -113,23 +112,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("memstore")
 
 T = TypeVar("T")
-
-
-async def _run_steps(
-    steps: WindowSteps, sql: AsyncSqlHistory, app_id: str, reads: list[Rows] | None = None
-) -> Window:
-    """Drive ``steps`` with ``sql``'s reads; ``reads`` (when given) collects what each read
-    returned."""
-    try:
-        request: RowRequest = next(steps)
-        while True:
-            rows = await sql.fetch(app_id, request)
-            if reads is not None:
-                reads.append(rows)
-            request = steps.send(rows)
-    except StopIteration as done:
-        window: Window = done.value
-        return window
 
 
 async def _bounded(probe: Awaitable[T], seconds: float) -> T | Exception | None:

@@ -70,15 +70,8 @@ class StoreWrites(StoreReads):
         def memory(self, app_id: str | int) -> Any: ...
         def _cache_update(self, update: Callable[[], Any]) -> Any: ...
         def _ensure_lease(self) -> Any: ...
-        def compact(
-            self,
-            app_id: str | int,
-            summarize: Summarizer,
-            keep_last_tokens: int | None = None,
-            keep_last_messages: int | None = None,
-            *,
-            display: bool = False,
-        ) -> Any: ...
+
+        compact: Callable[..., Any]
 
     def _invalidation(self, app_id: str) -> IO:
         """The step that drops the app's window (a skipped drop is stamped stale)."""

@@ -111,6 +111,7 @@ from memstore.core.summary import (
 from memstore.core.window import is_synthetic, select_window
 from memstore.errors import InvalidAppIdError, UnknownToolCallError
 from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolResult, UserMessage
+from memstore.seams import adk_update_marker, set_adk_update_marker
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
@@ -573,7 +574,7 @@ class MemstoreSessionService(BaseSessionService):
             state=merged,
             last_update_time=now.timestamp(),
         )
-        session._storage_update_marker = "1"
+        set_adk_update_marker(session, "1")
         return session
 
     @staticmethod
@@ -633,7 +634,7 @@ class MemstoreSessionService(BaseSessionService):
             state=merged,
             last_update_time=_stamp(row.updated_at),
         )
-        session._storage_update_marker = str(row.revision)
+        set_adk_update_marker(session, str(row.revision))
         return session
 
     def _events_sync(self, app_id: str, recent: int | None) -> list[Event]:
@@ -768,7 +769,7 @@ class MemstoreSessionService(BaseSessionService):
             if self.state_service is not None:
                 return await self._append_wrapped(session, event)
             marker = await finish(asyncio.to_thread(self._append_sync, session, event))
-            session._storage_update_marker = marker
+            set_adk_update_marker(session, marker)
             session.last_update_time = event.timestamp
             return self._commit_event_to_session(session, event)
 
@@ -818,7 +819,7 @@ class MemstoreSessionService(BaseSessionService):
             ).first()
             if row is None:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
-            marker = session._storage_update_marker
+            marker = adk_update_marker(session)
             if marker is not None and marker != str(row.revision):
                 raise StaleSessionError(_STALE)
             state = {**json.loads(row.state), **deltas["session"]}

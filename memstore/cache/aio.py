@@ -35,6 +35,7 @@ from memstore.core.redis_url import RedisTarget, parse_redis_url
 from memstore.core.window import WindowEntry
 from memstore.errors import ConfigurationError
 from memstore.metrics import Metrics
+from memstore.seams import redis_send
 
 AsyncClient = aioredis.Redis | RedisCluster
 T = TypeVar("T")
@@ -293,12 +294,7 @@ class AsyncRedisWindowCache:
     async def _exchange(connection: Any, command: list[bytes]) -> Any:
         if not connection.is_connected:
             await connection.connect()
-        writer = getattr(connection, "_writer", None)  # redis-py's stream (not public API)
-        if writer is None:  # a redis-py without it: its public send, one task slower
-            await connection.send_packed_command(command, check_health=False)
-        else:
-            writer.writelines(command)
-            await writer.drain()
+        await redis_send(connection, command)
         return await connection.read_response()
 
     async def read(self, app_id: str) -> CachedWindow:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import click
@@ -14,6 +14,27 @@ import click
 from memstore.messages import Message
 
 PROVIDER_FORMATS = ("openai", "anthropic", "langchain4j")
+
+
+class _NoBar:
+    """What :func:`progress_bar` returns off a terminal: the same context manager and
+    iteration as click's bar, drawing nothing (click 8.1, the lowest version allowed, has no
+    ``hidden=`` and prints the label to a pipe)."""
+
+    def __init__(self, iterable: Iterable[Any] | None) -> None:
+        self._iterable: Iterable[Any] = iterable if iterable is not None else ()
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._iterable)
+
+    def update(self, n_steps: int, current_item: object = None) -> None:
+        """Nothing to draw."""
 
 
 def progress_bar(iterable: Iterable[Any] | None = None, *, length: int | None, label: str) -> Any:
@@ -24,9 +45,9 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, length: int | None, l
         terminal = sys.stderr.isatty()
     except (AttributeError, ValueError):  # a closed or replaced stream
         terminal = False
-    return click.progressbar(
-        iterable, length=length, label=label, file=sys.stderr, hidden=not terminal
-    )
+    if not terminal:
+        return _NoBar(iterable)
+    return click.progressbar(iterable, length=length, label=label, file=sys.stderr)
 
 
 def _emit_json(data: object) -> None:

@@ -44,6 +44,7 @@ from sqlalchemy.util import await_only, greenlet_spawn
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
+from memstore.seams import aiosqlite_on_thread, aiosqlite_runs_functions, aiosqlite_sqlite3
 from memstore.sql.engine import write_retrying
 from memstore.sql.generation import GenerationStep, bump_statement
 from memstore.sql.queries import (
@@ -707,13 +708,7 @@ def _is_async_psycopg(driver_conn: Any) -> bool:
 def runs_on_aiosqlite(engine: AsyncEngine) -> bool:
     """Whether the async engine's connections are aiosqlite's, whose worker thread can run
     the whole SQLite write as one call."""
-    return engine.dialect.driver == "aiosqlite" and hasattr(_aiosqlite_connection(), "_execute")
-
-
-def _aiosqlite_connection() -> type:
-    import aiosqlite
-
-    return aiosqlite.Connection
+    return engine.dialect.driver == "aiosqlite" and aiosqlite_runs_functions()
 
 
 async def arun_direct_retrying(
@@ -759,12 +754,13 @@ async def aiosqlite_write(
         for attempt in (1, 2):
             with engine.sync_engine.connect() as conn:
                 driver_conn: Any = conn.connection.driver_connection
-                target = driver_conn._conn
+                target = aiosqlite_sqlite3(driver_conn)
+                run = aiosqlite_on_thread(driver_conn)
+                assert run is not None  # runs_on_aiosqlite(engine) holds
                 try:
                     result: tuple[list[int], GenerationStep] = await_only(
-                        driver_conn._execute(
+                        run(
                             sqlite_write,
-                            target,
                             statements,
                             app_id,
                             plan,

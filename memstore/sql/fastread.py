@@ -32,12 +32,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from memstore.core.loader import LOOKAHEAD_ROWS, RowRequest
+from memstore.seams import (
+    adapted_error,
+    aiosqlite_on_thread,
+    bind_processors,
+    has_events,
+    invalidate_pool,
+    raise_checkout_error,
+    release_idle,
+)
 from memstore.sql.queries import summary_statement, window_statement
 
 if TYPE_CHECKING:
@@ -77,7 +86,7 @@ def compile_read(statement: Any, dialect: Dialect, sample: dict[str, Any]) -> Co
     compiled = statement.compile(dialect=dialect)
     if compiled.literal_execute_params or compiled.post_compile_params:
         raise ValueError("statement needs per-call rendering")
-    processors = dict(compiled._bind_processors)
+    processors = bind_processors(compiled, dialect)
     params = compiled.construct_params(sample)
     constants = {
         name: (processors[name](value) if name in processors else value)
@@ -179,14 +188,22 @@ def sqlite_reads(connection: Any, statements: Sequence[Statement]) -> list[Any]:
     return rows
 
 
+async def _aiosqlite_snapshot(driver: Any, statements: Sequence[Statement]) -> list[Any]:
+    """:func:`sqlite_reads` through aiosqlite's public API (one hop per statement): the
+    fallback of :func:`memstore.seams.aiosqlite_on_thread`."""
+    snapshot = not driver.in_transaction
+    if snapshot:
+        await driver.execute("BEGIN")
+    try:
+        return [row for sql, args in statements for row in await driver.execute_fetchall(sql, args)]
+    finally:
+        if snapshot:
+            await driver.execute("COMMIT")
+
+
 def _plain_engine(engine: Engine) -> bool:
     """No statement events, dialect events or SQL logging that a DBAPI call would skip."""
-    return not (
-        engine._has_events
-        or engine.dialect._has_events
-        or engine.echo
-        or engine.logger.isEnabledFor(logging.INFO)
-    )
+    return not (has_events(engine) or engine.echo or engine.logger.isEnabledFor(logging.INFO))
 
 
 def fast_reads(engine: Engine, drivers: frozenset[tuple[str, str]] = SYNC_DRIVERS) -> bool:
@@ -216,7 +233,7 @@ def _wrapped(
     except Exception:
         disconnect = True
     if disconnect:
-        engine.pool._invalidate(fairy, error)
+        invalidate_pool(engine, fairy, error)
     else:
         try:
             if dialect.name == "postgresql":
@@ -240,16 +257,13 @@ def _checkout(engine: Engine) -> PoolProxiedConnection:
     try:
         return engine.raw_connection()
     except engine.dialect.loaded_dbapi.Error as error:
-        Connection._handle_dbapi_exception_noconnection(error, engine.dialect, engine)
+        raise_checkout_error(error, engine)
 
 
 def _release(fairy: PoolProxiedConnection, idle: bool) -> None:
     """Return ``fairy`` to the pool; without the reset round trip when ``idle`` (no
     transaction open on it)."""
-    close_special = getattr(fairy, "_close_special", None)
-    if idle and close_special is not None:
-        close_special(transaction_reset=True)
-    else:
+    if not (idle and release_idle(fairy)):
         fairy.close()
 
 
@@ -338,10 +352,14 @@ async def aread_rows(engine: AsyncEngine, statements: Sequence[Statement]) -> li
                 rows = list(await driver.execute_fetchall(sql, args))
                 idle = not driver.in_transaction
             else:
-                rows = await driver._execute(sqlite_reads, driver._conn, statements)
+                on_thread = aiosqlite_on_thread(driver)
+                if on_thread is None:
+                    rows = await _aiosqlite_snapshot(driver, statements)
+                else:
+                    rows = await on_thread(sqlite_reads, statements)
                 idle = not driver.in_transaction
         except Exception as error:
-            adapted._handle_exception(error)  # the dialect's DBAPI exception for it
+            adapted_error(adapted, error)  # the dialect's DBAPI exception for it
             raise
     except BaseException as error:
         wrapped = await greenlet_spawn(_wrapped, sync_engine, fairy, error, sql, args)

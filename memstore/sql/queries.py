@@ -109,6 +109,7 @@ class InApp(sa.ColumnElement[bool]):
         below: int | sa.BindParameter[int] | None = None,
         above: int | sa.BindParameter[int] | None = None,
     ) -> None:
+        self.table = table
         self.app_column: sa.ColumnElement[str] = table.c.app_id
         self.id_column: sa.ColumnElement[int] = table.c.id
         # bound values typed as their columns (an untyped bindparam takes the column's type)
@@ -117,8 +118,8 @@ class InApp(sa.ColumnElement[bool]):
         self.above = None if above is None else (table.c.id > above).right
 
     @property
-    def _from_objects(self) -> list[Any]:
-        return self.app_column._from_objects
+    def _from_objects(self) -> list[Any]:  # the FROM this condition needs: its table
+        return [self.table]
 
     def _id_bounds(self) -> list[sa.ColumnElement[bool]]:
         bounds = []

@@ -24,58 +24,24 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Collection,
-    Iterable,
-    Mapping,
-)
-from datetime import datetime, timedelta, timezone
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from datetime import timedelta
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memstore.cache.aio import AsyncInProcessWindowCache, AsyncRedisWindowCache, AsyncWindowCache
-from memstore.cache.base import WindowPolicy
-from memstore.collector import TurnInput, failure_reason
+from memstore.collector import TurnInput
 from memstore.config import Settings
 from memstore.core import health
 from memstore.core.display import DisplayDraft
-from memstore.core.export import (
-    AppCounts,
-    ImportRow,
-    check_header,
-    display_record,
-    execution_record,
-    export_scope,
-    header_record,
-    message_call_ids,
-    original_record,
-    parse_record,
-)
 from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
-from memstore.core.inputs import (
-    normalize_app_id,
-    normalize_app_ids,
-    normalize_user_id,
-)
-from memstore.core.plans import (
-    history_page,
-)
+from memstore.core.inputs import normalize_app_id, normalize_app_ids, normalize_user_id
+from memstore.core.plans import history_page
 from memstore.core.retention import RetentionRule
-from memstore.core.rows import decode_row
-from memstore.core.staleness import marks_to_clear
 from memstore.core.steps import adrive
-from memstore.core.stream import turn_display
 from memstore.core.tokens import TokenCounter
 from memstore.core.window import WindowEntry
-from memstore.errors import (
-    CommitOutcomeUnknownError,
-    StorageError,
-)
+from memstore.errors import CommitOutcomeUnknownError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message
 from memstore.reports import (
@@ -94,17 +60,15 @@ from memstore.sql import staleness as sql_staleness
 from memstore.sql.aio import AsyncSqlHistory, LentConnections, make_async_engine
 from memstore.sql.aio_lifecycle import AsyncSqlExport, AsyncSqlRetention, iter_app_ids
 from memstore.sql.engine import translated_errors
-from memstore.sql.export import IMPORT_BATCH, import_report
 from memstore.sql.generation import GenerationStep
 from memstore.sql.inline_read import InlineSqliteReads
 from memstore.sql.lifecycle import prune_is_empty
-from memstore.sql.schema import display, original
-from memstore.store_base import (
-    Summarizer,
-    collecting_skips,
-)
+from memstore.store_base import Summarizer
+from memstore.store_lifecycle import StoreLifecycle
+from memstore.store_memory import AsyncChatMemory as AsyncChatMemory
 from memstore.store_reads import Steps
-from memstore.store_writes import StoreWrites, acall
+from memstore.store_steps import AsyncScoped, bound_calls
+from memstore.store_writes import acall
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -133,7 +97,7 @@ async def _apps_to_export(engine: AsyncEngine, apps: list[str] | None) -> AsyncI
         yield app
 
 
-class AsyncMemoryStore(StoreWrites):
+class AsyncMemoryStore(StoreLifecycle, AsyncScoped):
     """Chat memory on an async engine and cache. Share one per event loop (or process).
 
     Args:
@@ -153,6 +117,8 @@ class AsyncMemoryStore(StoreWrites):
     _sql: AsyncSqlHistory
     _retention: AsyncSqlRetention
     _export: AsyncSqlExport
+    cache: AsyncWindowCache
+    _local: AsyncInProcessWindowCache | None
 
     def __init__(
         self,
@@ -179,6 +145,15 @@ class AsyncMemoryStore(StoreWrites):
             engine if engine is not None else make_async_engine(self.settings.database_url)
         )
         self._lent = LentConnections(self.engine) if self._owns_engine else None
+        self._calls = bound_calls(
+            self.engine,
+            sql_leases.aclaim,
+            sql_leases.arenew,
+            sql_leases.arelease,
+            sql_staleness.astamp,
+            sql_staleness.apending,
+            sql_staleness.aclear,
+        )
         self.inline_reads = (
             InlineSqliteReads.for_engine(self.engine)
             if self._owns_engine and self.settings.async_sqlite_inline_reads
@@ -190,30 +165,9 @@ class AsyncMemoryStore(StoreWrites):
         self._sql = AsyncSqlHistory(self.engine, self.cipher, self.row_memo, self.inline_reads)
         self._retention = AsyncSqlRetention(self.engine, self.cipher)
         self._export = AsyncSqlExport(self.engine, self.cipher)
-        self._owns_cache = cache is None
-        self.cache: AsyncWindowCache = cache if cache is not None else self._default_cache()
-        # See MemoryStore: an in-process window is checked against the app's SQL generation.
-        self._local: AsyncInProcessWindowCache | None = (
-            self.cache
-            if isinstance(self.cache, AsyncInProcessWindowCache)
-            and not self._private_database(str(self.engine.url), self._owns_engine)
-            else None
-        )
         self._stale_alock: asyncio.Lock | None = None
-        self._track_skips(self.cache)
-        self._guarded = bool(getattr(self.cache, "guards_generations", False))
-        self._encodes_entries = isinstance(self.cache, AsyncRedisWindowCache)
-
-    def _default_cache(self) -> AsyncWindowCache:
-        policy = WindowPolicy.from_settings(self.settings)
-        if self.settings.redis_url:
-            return AsyncRedisWindowCache.from_url(
-                self.settings.redis_url,
-                policy,
-                self.settings.redis_timeout_seconds,
-                metrics=self._metrics,
-            )
-        return AsyncInProcessWindowCache(policy)
+        url, owns = str(self.engine.url), self._owns_engine
+        self._attach_cache(cache, AsyncRedisWindowCache, AsyncInProcessWindowCache, url, owns)
 
     async def migrate(self, revision: str = "head") -> None:
         """Upgrade the schema (the same Alembic migrations as the sync store)."""
@@ -263,29 +217,13 @@ class AsyncMemoryStore(StoreWrites):
             generator = self._usable_generator()
             if generator is not None:
                 return generator
-            lease = self._own_lease()
-            ttl = self.settings.worker_lease_seconds
-            if lease is not None:
-                sent_at = time.monotonic()
-                try:
-                    kept = await sql_leases.arenew(
-                        self.engine, lease.worker_id, lease.epoch, ttl, self._last_issued_ms()
-                    )
-                except StorageError as error:
-                    raise self._lease_lost(lease, error) from error
-                generator = self._renewed_before_issuing(lease, kept, sent_at)
-                if generator is not None:
-                    return generator
-            sent_at = time.monotonic()
-            claimed = await sql_leases.aclaim(self.engine, ttl)
-            with self._lease_lock:
-                self._take_lease(claimed.worker_id, claimed.epoch, claimed.last_ms, sent_at)
-            if self._heartbeat is None or self._heartbeat.done():
-                self._stop_renewing = stop = asyncio.Event()
-                loop = asyncio.get_running_loop()
-                self._heartbeat = loop.create_task(self._renew_forever(stop))
-            assert self._ids is not None
-            return self._ids
+            return await adrive(self._claim_steps(), acall)
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            self._stop_renewing = stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            self._heartbeat = loop.create_task(self._renew_forever(stop))
 
     async def _renew_forever(self, stop: asyncio.Event) -> None:
         """The heartbeat task: renew the held lease every third of its period until ``stop``."""
@@ -300,24 +238,9 @@ class AsyncMemoryStore(StoreWrites):
 
     async def _renew_once(self) -> None:
         """One heartbeat: renew the held lease; forget it if another process claimed it."""
-        lease = self._lease
-        if lease is None:
-            return
-        sent_at = time.monotonic()
-        try:
-            kept = await sql_leases.arenew(
-                self.engine,
-                lease.worker_id,
-                lease.epoch,
-                self.settings.worker_lease_seconds,
-                self._last_issued_ms(),
-            )
-        except StorageError as error:
-            logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
-            return
-        self._apply_background_renewal(lease, kept, sent_at)
+        await adrive(self._renewal_steps(), acall)
 
-    async def _stop_heartbeat(self) -> None:
+    async def _end_heartbeat(self) -> None:
         """End the heartbeat: wait for a renewal in flight to finish (cancelling it would
         split its transaction), or cancel it while it sleeps; a heartbeat of another event
         loop is only asked to stop."""
@@ -335,30 +258,14 @@ class AsyncMemoryStore(StoreWrites):
             await finish(task)
 
     async def _release_lease(self) -> None:
-        await self._stop_heartbeat()
-        lease = self._own_lease()
-        self._lease = None
-        if lease is None:
-            return
-        try:
-            await sql_leases.arelease(
-                self.engine, lease.worker_id, lease.epoch, self._last_issued_ms()
-            )
-        except StorageError as error:
-            logger.warning("memstore: worker lease release failed (%s)", error.kind)
+        await adrive(self._release_steps(), acall)
 
     async def _cache_update(self, update: Callable[[], Awaitable[T]]) -> T:
         """See :meth:`memstore.MemoryStore._cache_update`."""
         self._watch_loop()
         if not self._stale_tracking:
             return await update()
-        with collecting_skips() as skipped:
-            result = await update()
-        if skipped:
-            try:
-                await sql_staleness.astamp(self.engine, skipped)
-            except StorageError as error:
-                self._stamp_failed(skipped, error)
+        result: T = await adrive(self._stamped_steps(update), acall)
         return result
 
     async def _drop_stale_windows(self) -> None:
@@ -368,24 +275,7 @@ class AsyncMemoryStore(StoreWrites):
         if self._stale_alock is None:
             self._stale_alock = asyncio.Lock()
         async with self._stale_alock:
-            now = time.monotonic()
-            if not self._stale_polls.due(now):
-                return
-            self._stale_polls.started(now)
-            try:
-                marks = await sql_staleness.apending(self.engine)
-            except StorageError as error:
-                self._stale_poll_failed("reading", error)
-                return
-            if not marks:
-                return
-            with collecting_skips() as skipped:
-                for mark in marks:
-                    await self.cache.invalidate(mark.app_id)
-            try:
-                await sql_staleness.aclear(self.engine, marks_to_clear(marks, skipped))
-            except StorageError as error:
-                self._stale_poll_failed("clearing", error)
+            await adrive(self._stale_poll_steps(), acall)
 
     async def append(
         self,
@@ -424,17 +314,6 @@ class AsyncMemoryStore(StoreWrites):
         """See :meth:`memstore.MemoryStore._cached_window`."""
         self._watch_loop()
         return await adrive(self._cached_window_steps(app_id), acall)
-
-    async def _write(
-        self,
-        app_id: str,
-        user_id: str | None,
-        batch: list[Message],
-        drafts: list[DisplayDraft],
-        fence: Collection[str] = (),
-    ) -> list[int]:
-        """See :meth:`memstore.MemoryStore._write`."""
-        return await adrive(self._write_steps(app_id, user_id, batch, drafts, fence), acall)
 
     async def _write_through(self, write: Awaitable[T], *app_ids: str, purge: bool = False) -> T:
         """Run ``write`` (SQL, then the windows of ``app_ids``) to its end: a cancelled caller
@@ -539,62 +418,22 @@ class AsyncMemoryStore(StoreWrites):
     ) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`memstore.MemoryStore.export` (an async iterator here)."""
         self._watch_loop()
-        from memstore._version import __version__
-
-        apps = None if app_ids is None else normalize_app_ids(app_ids)
-        user = normalize_user_id(user_id)
-        export_scope(apps, user)
-        yield header_record(datetime.now(timezone.utc), __version__)
+        apps, user, header = self._export_start(app_ids, user_id)
+        yield header
         if user is not None:
-            calls: dict[str, list[str]] = {}
-            async for row in self._export.user_rows(original, user):
-                message = decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
-                calls.setdefault(row["app_id"], []).extend(message_call_ids(message))
-                yield original_record(row, message)
-            async for row in self._export.user_rows(display, user):
-                yield display_record(row, self.cipher)
-            async for row in self._export.user_executions(user):
-                yield execution_record(row, self.cipher)
-            for app, call_ids in sorted(calls.items()):
-                async for row in self._export.unowned_executions(app, user, sorted(set(call_ids))):
-                    yield execution_record(row, self.cipher)
+            for rows, record in self._user_sources(user):
+                async for row in rows:
+                    yield record(row)
             return
         async for app in _apps_to_export(self.engine, apps):
-            async for row in self._export.app_rows(original, app):
-                yield original_record(
-                    row, decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
-                )
-            async for row in self._export.app_rows(display, app):
-                yield display_record(row, self.cipher)
-            async for row in self._export.app_executions(app):
-                yield execution_record(row, self.cipher)
+            for rows, record in self._app_sources(app):
+                async for row in rows:
+                    yield record(row)
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> ImportReport:
         """See :meth:`memstore.MemoryStore.import_records`."""
         self._watch_loop()
-        counts: dict[str, AppCounts] = {}
-        batch: list[ImportRow] = []
-        seen = 0
-        headed = False
-        for line, data in enumerate(records, start=1):
-            if not headed:
-                check_header(data, line)
-                headed = True
-                continue
-            seen += 1
-            row = parse_record(data, line, self.settings.max_text_bytes)
-            if row is not None:
-                batch.append(row)
-            if len(batch) >= IMPORT_BATCH:
-                await self._import_batch(batch, counts)
-                batch = []
-        if not headed:
-            check_header(None, 1)
-        await self._import_batch(batch, counts)
-        return import_report(seen, counts)
-
-    async def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
-        await adrive(self._import_steps(batch, counts), acall)
+        return await adrive(self._import_records_steps(records), acall)
 
     async def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created (an
@@ -653,63 +492,11 @@ class AsyncMemoryStore(StoreWrites):
                         logger.debug("memstore: closed %d connections left lent out", stranded)
                 await self._release_loop_resources()
 
-    async def __aenter__(self) -> AsyncMemoryStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aleave(self, exc: BaseException | None) -> None:
         await self.close()
 
 
-class AsyncChatMemory:
-    """One app's memory window (see :class:`memstore.ChatMemory`)."""
-
-    def __init__(self, store: AsyncMemoryStore, app_id: str) -> None:
-        self._store = store
-        self.app_id = app_id
-
-    async def messages(
-        self, max_tokens: int | None = None, *, oversize: str = "keep"
-    ) -> list[Message]:
-        """See :meth:`memstore.ChatMemory.messages`."""
-        budget, policy = self._store._token_budget(max_tokens, oversize)
-        messages = await self._store._cached_window(self.app_id)
-        budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
-        return messages if budgeted is None else budgeted.messages
-
-    async def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
-        """Write ``message`` durably, then append it to the cached window; return its id."""
-        return (await self._store.append(self.app_id, [message], user_id=user_id))[0]
-
-    async def add_all(
-        self, messages: Iterable[Message | dict[str, Any]], user_id: str | None = None
-    ) -> list[int]:
-        """Write several messages in one transaction."""
-        return await self._store.append(self.app_id, messages, user_id=user_id)
-
-    async def compact(
-        self,
-        summarize: Summarizer,
-        keep_last_tokens: int | None = None,
-        keep_last_messages: int | None = None,
-        *,
-        display: bool = False,
-    ) -> CompactionReport:
-        """See :meth:`memstore.ChatMemory.compact`; ``summarize`` may be an ``async def``."""
-        return await self._store.compact(
-            self.app_id, summarize, keep_last_tokens, keep_last_messages, display=display
-        )
-
-    async def invalidate(self) -> None:
-        """Drop the cached window; the next read rebuilds it from SQL."""
-        await self._store._cache_update(lambda: self._store.cache.invalidate(self.app_id))
-
-
-class AsyncTurnCollector(TurnInput):
+class AsyncTurnCollector(TurnInput, AsyncScoped):
     """The asyncio form of :class:`memstore.collector.TurnCollector`.
 
     ``on_text``, ``on_tool_call_delta`` and ``tool_calls`` are plain methods (no I/O);
@@ -736,75 +523,7 @@ class AsyncTurnCollector(TurnInput):
             await self._flush(None)
 
     async def _flush(self, display: DisplayDraft | None) -> None:
-        if self._doubt is not None:
-            doubt, count = self._doubt
-            self._settled(await self._store._was_committed(self.app_id, doubt, count))
-        batch = self._assembler.ready
-        if not batch and display is None:
-            return
-        try:
-            await self._store._write(
-                self.app_id,
-                self.user_id,
-                list(batch),
-                [display] if display is not None else [],
-                self._fence() if display is not None else (),
-            )
-        except BaseException as error:
-            self._flushed(len(batch), error)
-            raise
-        self._flushed(len(batch))
+        await adrive(self._flush_steps(display), acall)
 
-    async def _complete(self) -> None:
-        self._assembler.end_turn()
-        await self._flush(turn_display(self._assembler.turn_messages, self._store.formatters))
-        if self._assembler.unanswered_call_ids():
-            await self._store.memory(self.app_id).invalidate()
-
-    async def _fail(self, error: BaseException) -> None:
-        self._assembler.fail_turn()
-        reason = failure_reason(error)
-        draft = turn_display(self._assembler.turn_messages, self._store.formatters, reason)
-        try:
-            await self._flush(draft)
-        except Exception:
-            logger.warning(
-                "memstore collector: flushing the failed turn of app %r failed",
-                self.app_id,
-                exc_info=True,
-            )
-            # the row shows only what is durable: no "-> ok" for a result that was not written
-            draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
-            try:
-                await self._store._write(
-                    self.app_id,
-                    self.user_id,
-                    [],
-                    [draft] if draft is not None else [],
-                    self._fence(),
-                )
-            except Exception:
-                logger.warning(
-                    "memstore collector: the display row of app %r's failed turn was lost",
-                    self.app_id,
-                    exc_info=True,
-                )
-        await self._store.memory(self.app_id).invalidate()
-
-    async def __aenter__(self) -> AsyncTurnCollector:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
-            await self._fail(exc)
-            return
-        try:
-            await self._complete()
-        except BaseException as error:
-            await self._fail(error)
-            raise
+    async def _aleave(self, exc: BaseException | None) -> None:
+        await adrive(self._finish_steps(exc), acall)  # an exception of the block re-raises

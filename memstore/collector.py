@@ -32,16 +32,19 @@ INSERTs and one display INSERT. Nothing is written per delta.
 from __future__ import annotations
 
 import logging
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from memstore.core.display import DisplayDraft
+from memstore.core.steps import drive
 from memstore.core.stream import StreamAssembler, storable_text, turn_display
 from memstore.errors import CommitOutcomeUnknownError
 from memstore.messages import AiMessage, Message, Reasoning, ToolRequest
+from memstore.store_steps import Scoped, call
 
 if TYPE_CHECKING:
     from memstore.store import MemoryStore
+    from memstore.store_steps import Steps
+    from memstore.store_writes import StoreWrites
 
 logger = logging.getLogger("memstore")
 
@@ -62,8 +65,11 @@ def failure_reason(error: BaseException) -> str:
 
 
 class TurnInput:
-    """The stream-facing half of a collector, shared by the sync and async collectors: text
-    and tool-call fragments go into the pure assembler; nothing here does I/O."""
+    """What the sync and async collectors share: the stream-facing half (text and tool-call
+    fragments go into the pure assembler) and the turn's writes as sans-I/O steps (see
+    :mod:`memstore.store_writes`), which each collector drives on its store."""
+
+    _store: StoreWrites
 
     def __init__(self, app_id: str, user_id: str | None, max_text_bytes: int | None = None) -> None:
         self.app_id = app_id
@@ -140,8 +146,77 @@ class TurnInput:
         """The turn's messages so far (written or about to be)."""
         return self._assembler.turn_messages
 
+    # -- writes ------------------------------------------------------------------------------
 
-class TurnCollector(TurnInput):
+    def _flush_steps(self, display: DisplayDraft | None) -> Steps[None]:
+        """Write the ready messages (and ``display``, the turn's display row, when given) in
+        one transaction; a write in doubt is settled first."""
+        if self._doubt is not None:
+            doubt, count = self._doubt
+            self._settled((yield from self._store._was_committed_steps(self.app_id, doubt, count)))
+        batch = list(self._assembler.ready)
+        if not batch and display is None:
+            return
+        drafts = [display] if display is not None else []
+        fence = self._fence() if display is not None else ()
+        try:
+            yield from self._store._write_steps(self.app_id, self.user_id, batch, drafts, fence)
+        except BaseException as error:
+            self._flushed(len(batch), error)
+            raise
+        self._flushed(len(batch))
+
+    def _complete_steps(self) -> Steps[None]:
+        self._assembler.end_turn()
+        draft = turn_display(self._assembler.turn_messages, self._store.formatters)
+        yield from self._flush_steps(draft)
+        if self._assembler.unanswered_call_ids():
+            # requests the service never executed: let the loader answer them
+            yield self._store.memory(self.app_id).invalidate
+
+    def _fail_steps(self, error: BaseException) -> Steps[None]:
+        self._assembler.fail_turn()
+        reason = failure_reason(error)
+        draft = turn_display(self._assembler.turn_messages, self._store.formatters, reason)
+        try:
+            yield from self._flush_steps(draft)
+        except Exception:
+            logger.warning(
+                "memstore collector: flushing the failed turn of app %r failed; writing only "
+                "its display row",
+                self.app_id,
+                exc_info=True,
+            )
+            # the row shows only what is durable: no "-> ok" for a result that was not written
+            draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
+            drafts = [draft] if draft is not None else []
+            try:
+                yield from self._store._write_steps(
+                    self.app_id, self.user_id, [], drafts, self._fence()
+                )
+            except Exception:
+                logger.warning(
+                    "memstore collector: the display row of app %r's failed turn was lost",
+                    self.app_id,
+                    exc_info=True,
+                )
+        # never keep an unanswered request (or a half turn) in the cached window
+        yield self._store.memory(self.app_id).invalidate
+
+    def _finish_steps(self, exc: BaseException | None) -> Steps[None]:
+        """Leaving the turn's block: complete the turn, or fail it with ``exc`` (which then
+        re-raises); a failure to complete fails the turn too and re-raises."""
+        if exc is not None:
+            yield from self._fail_steps(exc)
+            return
+        try:
+            yield from self._complete_steps()
+        except BaseException as error:
+            yield from self._fail_steps(error)
+            raise
+
+
+class TurnCollector(TurnInput, Scoped):
     """Collects one agent turn from a stream; get one from :meth:`MemoryStore.collector`.
 
     Leaving the ``with`` block completes the turn (final flush and the display row). An
@@ -181,78 +256,8 @@ class TurnCollector(TurnInput):
         if self._assembler.feed(chunk):
             self._flush(None)
 
-    # -- writes ------------------------------------------------------------------------------
-
     def _flush(self, display: DisplayDraft | None) -> None:
-        if self._doubt is not None:
-            doubt, count = self._doubt
-            self._settled(self._store._was_committed(self.app_id, doubt, count))
-        batch = self._assembler.ready
-        if not batch and display is None:
-            return
-        try:
-            self._store._write(
-                self.app_id,
-                self.user_id,
-                batch,
-                [display] if display else [],
-                self._fence() if display else (),
-            )
-        except BaseException as error:
-            self._flushed(len(batch), error)
-            raise
-        self._flushed(len(batch))
+        drive(self._flush_steps(display), call)
 
-    def _complete(self) -> None:
-        self._assembler.end_turn()
-        draft = turn_display(self._assembler.turn_messages, self._store.formatters)
-        self._flush(draft)
-        if self._assembler.unanswered_call_ids():
-            # requests the service never executed: let the loader answer them
-            self._store.memory(self.app_id).invalidate()
-
-    def _fail(self, error: BaseException) -> None:
-        self._assembler.fail_turn()
-        reason = failure_reason(error)
-        draft = turn_display(self._assembler.turn_messages, self._store.formatters, reason)
-        try:
-            self._flush(draft)
-        except Exception:
-            logger.warning(
-                "memstore collector: flushing the failed turn of app %r failed; writing only "
-                "its display row",
-                self.app_id,
-                exc_info=True,
-            )
-            # the row shows only what is durable: no "-> ok" for a result that was not written
-            draft = turn_display(self._assembler.flushed_messages, self._store.formatters, reason)
-            try:
-                self._store._write(
-                    self.app_id, self.user_id, [], [draft] if draft else [], self._fence()
-                )
-            except Exception:
-                logger.warning(
-                    "memstore collector: the display row of app %r's failed turn was lost",
-                    self.app_id,
-                    exc_info=True,
-                )
-        # never keep an unanswered request (or a half turn) in the cached window
-        self._store.memory(self.app_id).invalidate()
-
-    def __enter__(self) -> TurnCollector:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
-            self._fail(exc)
-            return  # the exception re-raises
-        try:
-            self._complete()
-        except BaseException as error:
-            self._fail(error)
-            raise
+    def _leave(self, exc: BaseException | None) -> None:
+        drive(self._finish_steps(exc), call)  # an exception of the block re-raises

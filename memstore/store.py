@@ -18,53 +18,25 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from types import TracebackType
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from memstore.cache.base import WindowCache, WindowPolicy
+from memstore.cache.base import WindowCache
 from memstore.cache.memory_cache import InProcessWindowCache, NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.config import Settings
 from memstore.core import health
-from memstore.core.display import DisplayDraft
-from memstore.core.export import (
-    AppCounts,
-    ImportRow,
-    check_header,
-    display_record,
-    execution_record,
-    export_scope,
-    header_record,
-    message_call_ids,
-    original_record,
-    parse_record,
-)
 from memstore.core.health import DEFAULT_HEALTH_TIMEOUT_SECONDS
-from memstore.core.inputs import (
-    normalize_app_id,
-    normalize_app_ids,
-    normalize_user_id,
-)
-from memstore.core.loader import RowRequest, Rows, run_steps
-from memstore.core.plans import (
-    history_page,
-    reload_report,
-)
+from memstore.core.inputs import normalize_app_id, normalize_app_ids, normalize_user_id
+from memstore.core.plans import history_page
 from memstore.core.retention import RetentionRule
-from memstore.core.rows import FetchedRows, decode_row
-from memstore.core.staleness import marks_to_clear
 from memstore.core.steps import drive
 from memstore.core.tokens import TokenCounter
-from memstore.core.window import Window, WindowEntry
-from memstore.errors import (
-    CommitOutcomeUnknownError,
-    StorageError,
-)
+from memstore.core.window import WindowEntry
+from memstore.errors import CommitOutcomeUnknownError
 from memstore.ids import SnowflakeGenerator
 from memstore.messages import Message
 from memstore.reports import (
@@ -79,25 +51,20 @@ from memstore.reports import (
     ReloadReport,
 )
 from memstore.sql import leases as sql_leases
-from memstore.sql import reload as sql_reload
 from memstore.sql import staleness as sql_staleness
 from memstore.sql.admin import iter_app_ids
 from memstore.sql.engine import make_engine
-from memstore.sql.export import (
-    IMPORT_BATCH,
-    SqlExport,
-    import_report,
-)
+from memstore.sql.export import SqlExport
 from memstore.sql.generation import GenerationStep
 from memstore.sql.lifecycle import SqlRetention, prune_is_empty
 from memstore.sql.repository import SqlHistory
-from memstore.sql.schema import display, original
-from memstore.store_base import (
-    Summarizer,
-    collecting_skips,
-)
+from memstore.store_base import Summarizer
+from memstore.store_memory import ChatMemory as ChatMemory
 from memstore.store_reads import Steps
-from memstore.store_writes import StoreWrites, call
+from memstore.store_reload import RELOAD_BATCH as RELOAD_BATCH
+from memstore.store_reload import BatchReloads
+from memstore.store_steps import Scoped, bound_calls
+from memstore.store_writes import call
 
 if TYPE_CHECKING:
     from memstore.collector import TurnCollector
@@ -106,24 +73,8 @@ logger = logging.getLogger("memstore")
 
 T = TypeVar("T")
 
-RELOAD_BATCH = 100
-"""Apps per batch of ``memstore reload`` (see :meth:`MemoryStore._reload_batch`)."""
 
-
-@dataclass(slots=True)
-class _ReloadReads:
-    """What the first half of a batch reload read (see :meth:`MemoryStore._reload_reads`)."""
-
-    app_ids: list[str]
-    size: int
-    versions: dict[str, str] = field(default_factory=dict)
-    first: RowRequest | None = None
-    prefetched: dict[str, FetchedRows] = field(default_factory=dict)
-    done: list[ReloadReport] | None = None
-    """The reports, when the cache reloads one app at a time (nothing left to do)."""
-
-
-class MemoryStore(StoreWrites):
+class MemoryStore(BatchReloads, Scoped):
     """Chat memory for one database and one cache. Thread-safe; share one per process.
 
     Args:
@@ -149,6 +100,8 @@ class MemoryStore(StoreWrites):
     _sql: SqlHistory
     _retention: SqlRetention
     _export: SqlExport
+    cache: WindowCache
+    _local: InProcessWindowCache | None
 
     def __init__(
         self,
@@ -166,34 +119,21 @@ class MemoryStore(StoreWrites):
         self._stop_heartbeat = threading.Event()
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(self.settings.database_url)
+        self._calls = bound_calls(
+            self.engine,
+            sql_leases.claim,
+            sql_leases.renew,
+            sql_leases.release,
+            sql_staleness.stamp,
+            sql_staleness.pending,
+            sql_staleness.clear,
+        )
         self._sql = SqlHistory(self.engine, self.cipher, self.row_memo)
         self._retention = SqlRetention(self.engine, self.cipher)
         self._export = SqlExport(self.engine, self.cipher)
-        self._owns_cache = cache is None
-        self.cache: WindowCache = cache if cache is not None else self._default_cache()
-        # An in-process window cannot see other processes' writes: check it against the
-        # app's SQL generation on every read, unless nobody else can write.
-        self._local: InProcessWindowCache | None = (
-            self.cache
-            if isinstance(self.cache, InProcessWindowCache)
-            and not self._private_database(str(self.engine.url), self._owns_engine)
-            else None
-        )
-        self._encodes_entries = isinstance(self.cache, RedisWindowCache)
         self._stale_lock = threading.Lock()
-        self._track_skips(self.cache)
-        self._guarded = bool(getattr(self.cache, "guards_generations", False))
-
-    def _default_cache(self) -> WindowCache:
-        policy = WindowPolicy.from_settings(self.settings)
-        if self.settings.redis_url:
-            return RedisWindowCache.from_url(
-                self.settings.redis_url,
-                policy,
-                self.settings.redis_timeout_seconds,
-                metrics=self._metrics,
-            )
-        return InProcessWindowCache(policy)
+        url, owns = str(self.engine.url), self._owns_engine
+        self._attach_cache(cache, RedisWindowCache, InProcessWindowCache, url, owns)
 
     # -- schema ------------------------------------------------------------------------------
 
@@ -258,25 +198,7 @@ class MemoryStore(StoreWrites):
             generator = self._usable_generator()
             if generator is not None:
                 return generator
-            lease = self._own_lease()
-            ttl = self.settings.worker_lease_seconds
-            if lease is not None:
-                sent_at = time.monotonic()
-                try:
-                    kept = sql_leases.renew(
-                        self.engine, lease.worker_id, lease.epoch, ttl, self._last_issued_ms()
-                    )
-                except StorageError as error:
-                    raise self._lease_lost(lease, error) from error
-                generator = self._renewed_before_issuing(lease, kept, sent_at)
-                if generator is not None:
-                    return generator
-            sent_at = time.monotonic()
-            claimed = sql_leases.claim(self.engine, ttl)
-            self._take_lease(claimed.worker_id, claimed.epoch, claimed.last_ms, sent_at)
-            self._start_heartbeat()
-            assert self._ids is not None
-            return self._ids
+            return drive(self._claim_steps(), call)
 
     def _start_heartbeat(self) -> None:
         if self._heartbeat is not None and self._heartbeat.is_alive():
@@ -291,36 +213,16 @@ class MemoryStore(StoreWrites):
 
     def _renew_in_background(self) -> None:
         """One heartbeat: renew the held lease; forget it if another process claimed it."""
-        lease = self._own_lease()
-        if lease is None:
-            return
-        sent_at = time.monotonic()
-        try:
-            kept = sql_leases.renew(
-                self.engine,
-                lease.worker_id,
-                lease.epoch,
-                self.settings.worker_lease_seconds,
-                self._last_issued_ms(),
-            )
-        except StorageError as error:
-            logger.warning("memstore: worker lease renewal failed (%s)", error.kind)
-            return
-        self._apply_background_renewal(lease, kept, sent_at)
+        drive(self._renewal_steps(), call)
 
-    def _release_lease(self) -> None:
+    def _end_heartbeat(self) -> None:
+        """Stop the heartbeat thread, waiting (a while) for a renewal in flight."""
         self._stop_heartbeat.set()
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
-        with self._lease_lock:
-            lease = self._own_lease()
-            self._lease = None
-        if lease is None:
-            return
-        try:
-            sql_leases.release(self.engine, lease.worker_id, lease.epoch, self._last_issued_ms())
-        except StorageError as error:
-            logger.warning("memstore: worker lease release failed (%s)", error.kind)
+
+    def _release_lease(self) -> None:
+        drive(self._release_steps(), call)
 
     # -- stale windows across instances ------------------------------------------------------
 
@@ -330,13 +232,7 @@ class MemoryStore(StoreWrites):
         (see :mod:`memstore.core.staleness`). Never raises for the stamp."""
         if not self._stale_tracking:
             return update()
-        with collecting_skips() as skipped:
-            result = update()
-        if skipped:
-            try:
-                sql_staleness.stamp(self.engine, skipped)
-            except StorageError as error:
-                self._stamp_failed(skipped, error)
+        result: T = drive(self._stamped_steps(update), call)
         return result
 
     def _drop_stale_windows(self) -> None:
@@ -345,24 +241,7 @@ class MemoryStore(StoreWrites):
         if not self._stale_check_due():
             return
         with self._stale_lock:
-            now = time.monotonic()
-            if not self._stale_polls.due(now):
-                return
-            self._stale_polls.started(now)
-            try:
-                marks = sql_staleness.pending(self.engine)
-            except StorageError as error:
-                self._stale_poll_failed("reading", error)
-                return
-            if not marks:
-                return
-            with collecting_skips() as skipped:
-                for mark in marks:
-                    self.cache.invalidate(mark.app_id)
-            try:
-                sql_staleness.clear(self.engine, marks_to_clear(marks, skipped))
-            except StorageError as error:
-                self._stale_poll_failed("clearing", error)
+            drive(self._stale_poll_steps(), call)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -416,19 +295,6 @@ class MemoryStore(StoreWrites):
         windows dropped first, an in-process one checked against the app's generation), or
         on a miss the window rebuilt from SQL (``reload_max`` messages) and cached."""
         return drive(self._cached_window_steps(app_id), call)
-
-    def _write(
-        self,
-        app_id: str,
-        user_id: str | None,
-        batch: list[Message],
-        drafts: list[DisplayDraft],
-        fence: Collection[str] = (),
-    ) -> list[int]:
-        """Both histories in one transaction (one multi-row INSERT per table), then the cache.
-        ``fence``: call ids whose requests must still be stored (else nothing is written:
-        :class:`~memstore.errors.UnknownToolCallError`), checked under the app's lock."""
-        return drive(self._write_steps(app_id, user_id, batch, drafts, fence), call)
 
     def _cache_append(
         self, app_id: str, entries: list[WindowEntry], step: GenerationStep | None
@@ -492,69 +358,6 @@ class MemoryStore(StoreWrites):
         """Rebuild the app's cached window from SQL now, and report what the edge check did."""
         return drive(self._reload_steps(app_id, max_messages), call)
 
-    def _reload_batch(self, app_ids: list[str], limit: int | None = None) -> list[ReloadReport]:
-        """:meth:`reload` of several apps (normalized), in order, with the round trips shared:
-        with a Redis cache (one server or Sentinel), one pipelined call drops the windows
-        and reads their versions, one statement reads every app's rows (the loader's first
-        read; a tool group at an edge still gets its own bounded read), one statement their
-        generations (after all the rows), and one pipelined call stores the windows. Other
-        caches reload the apps one by one. (``memstore reload`` runs batches of
-        :data:`RELOAD_BATCH` apps: memory stays flat however many apps there are, and the
-        next batch's reads overlap this one's windows: see
-        :func:`memstore.operations.reload_apps`.)"""
-        return self._reload_stores(self._reload_reads(app_ids, limit))
-
-    def _reload_reads(self, app_ids: list[str], limit: int | None = None) -> _ReloadReads:
-        """The first half of :meth:`_reload_batch`: the windows dropped, their versions and
-        the apps' rows read (without a batching cache: the whole reload, one app at a
-        time)."""
-        size = self.settings.reload_max if limit is None else limit
-        cache = self.cache
-        if not (self._guarded and isinstance(cache, RedisWindowCache)) or cache.is_cluster:
-            return _ReloadReads(app_ids, size, done=[self.reload(app, size) for app in app_ids])
-        apps = list(dict.fromkeys(app_ids))
-        versions = dict(zip(apps, cache.begin_reloads(apps), strict=True))
-        first = next(self._window_steps(size))
-        prefetched = sql_reload.first_reads(self.engine, apps, first, self.cipher)
-        return _ReloadReads(app_ids, size, versions, first, prefetched)
-
-    def _reload_stores(self, reads: _ReloadReads) -> list[ReloadReport]:
-        """The second half of :meth:`_reload_batch`: the windows built, checked against the
-        generations (read now, after every app's rows) and stored; the reports."""
-        if reads.done is not None:
-            return reads.done
-        cache = self.cache
-        assert isinstance(cache, RedisWindowCache) and reads.first is not None
-        size, first, prefetched = reads.size, reads.first, reads.prefetched
-        apps = list(reads.versions)
-        windows = {app: self._prefetched_window(app, size, first, prefetched[app]) for app in apps}
-        generations = sql_reload.generations(self.engine, apps)  # after every app's rows
-        parts = {app: self._rebuilt_part(window) for app, window in windows.items()}
-        batch = []
-        for app in apps:
-            window, budgeted = windows[app], parts[app]
-            kept = window.messages if budgeted is None else budgeted.messages
-            entries = self._entries(kept, [prefetched[app]])
-            reflected = generations[app] if entries else None
-            batch.append((app, entries, window.synthetic_call_ids, reads.versions[app], reflected))
-        stored = dict(zip(apps, cache.store_batch(batch), strict=True))
-        reports = {}
-        for app in apps:
-            self._rebuilt(stored[app])
-            reports[app] = reload_report(app, windows[app], stored[app], parts[app])
-        return [reports[app] for app in reads.app_ids]
-
-    def _prefetched_window(self, app_id: str, limit: int, first: RowRequest, rows: Rows) -> Window:
-        """The rebuilt window of ``app_id`` whose first read (``first``) returned ``rows``."""
-        pending = [rows]
-
-        def fetch(request: RowRequest) -> Rows:
-            if pending and request == first:
-                return pending.pop()
-            return self._sql.fetch(app_id, request)
-
-        return self._built(run_steps(self._window_steps(limit), fetch))
-
     def history(
         self, app_id: str | int, limit: int = 20, before_id: int | None = None
     ) -> list[DisplayEntry]:
@@ -609,38 +412,15 @@ class MemoryStore(StoreWrites):
         loop-guard records are those carrying the user's id, and those with no user id whose
         call id only the user's rows name (see :mod:`memstore.sql.user_data`).
         """
-        from memstore._version import __version__
-
-        apps = None if app_ids is None else normalize_app_ids(app_ids)
-        user = normalize_user_id(user_id)
-        export_scope(apps, user)
-        yield header_record(datetime.now(timezone.utc), __version__)
+        apps, user, header = self._export_start(app_ids, user_id)
+        yield header
         if user is not None:
-            yield from self._export_user(user)
+            for rows, record in self._user_sources(user):
+                yield from map(record, rows)
             return
         for app in apps if apps is not None else iter_app_ids(self.engine):
-            for row in self._export.app_rows(original, app):
-                yield original_record(
-                    row, decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
-                )
-            for row in self._export.app_rows(display, app):
-                yield display_record(row, self.cipher)
-            for row in self._export.app_executions(app):
-                yield execution_record(row, self.cipher)
-
-    def _export_user(self, user: str) -> Iterator[dict[str, Any]]:
-        calls: dict[str, list[str]] = {}
-        for row in self._export.user_rows(original, user):
-            message = decode_row(self.cipher, row["app_id"], row["id"], row["payload"])
-            calls.setdefault(row["app_id"], []).extend(message_call_ids(message))
-            yield original_record(row, message)
-        for row in self._export.user_rows(display, user):
-            yield display_record(row, self.cipher)
-        for row in self._export.user_executions(user):
-            yield execution_record(row, self.cipher)
-        for app, call_ids in sorted(calls.items()):
-            for row in self._export.unowned_executions(app, user, sorted(set(call_ids))):
-                yield execution_record(row, self.cipher)
+            for rows, record in self._app_sources(app):
+                yield from map(record, rows)
 
     def rekey(
         self,
@@ -682,29 +462,7 @@ class MemoryStore(StoreWrites):
         :class:`~memstore.errors.ImportRecordError` with its position (batches before it
         stay written). Windows of the apps that got rows are dropped.
         """
-        counts: dict[str, AppCounts] = {}
-        batch: list[ImportRow] = []
-        seen = 0
-        headed = False
-        for line, data in enumerate(records, start=1):
-            if not headed:
-                check_header(data, line)
-                headed = True
-                continue
-            seen += 1
-            row = parse_record(data, line, self.settings.max_text_bytes)
-            if row is not None:
-                batch.append(row)
-            if len(batch) >= IMPORT_BATCH:
-                self._import_batch(batch, counts)
-                batch = []
-        if not headed:
-            check_header(None, 1)
-        self._import_batch(batch, counts)
-        return import_report(seen, counts)
-
-    def _import_batch(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> None:
-        drive(self._import_steps(batch, counts), call)
+        return drive(self._import_records_steps(records), call)
 
     def close(self) -> None:
         """Release the worker-id lease it holds and the connections this store created (an
@@ -741,15 +499,7 @@ class MemoryStore(StoreWrites):
         if self._owns_engine:
             self.engine.dispose()
 
-    def __enter__(self) -> MemoryStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _leave(self, exc: BaseException | None) -> None:
         self.close()
 
 
@@ -787,73 +537,3 @@ def _heartbeat(ref: weakref.ref[MemoryStore], stop: threading.Event, interval: f
             return
         store._renew_in_background()
         del store
-
-
-class ChatMemory:
-    """One app's memory window: what the model gets each call."""
-
-    def __init__(self, store: MemoryStore, app_id: str) -> None:
-        self._store = store
-        self.app_id = app_id
-
-    def messages(self, max_tokens: int | None = None, *, oversize: str = "keep") -> list[Message]:
-        """The cached window; on a miss it is rebuilt from SQL (``reload_max`` messages).
-
-        With ``max_tokens`` (default: the ``window_max_tokens`` setting), only the newest
-        whole units of the cached window that fit the budget, by the rules of
-        :meth:`MemoryStore.load_window` (``oversize`` as there). An in-process window is
-        served only while the app's generation in SQL is the one it was built at (one
-        primary-key lookup), so another process's write is never missed. With Redis, the
-        windows of apps stamped stale by a writer that could not reach Redis are dropped first
-        (looked up at most every half of ``stale_window_max_seconds``).
-        """
-        budget, policy = self._store._token_budget(max_tokens, oversize)
-        messages = self._store._cached_window(self.app_id)
-        budgeted = self._store._budget_cached(self.app_id, messages, budget, policy)
-        return messages if budgeted is None else budgeted.messages
-
-    def add(self, message: Message | dict[str, Any], user_id: str | None = None) -> int:
-        """Write ``message`` durably, then append it to the cached window; return its id."""
-        return self._store.append(self.app_id, [message], user_id=user_id)[0]
-
-    def add_all(
-        self, messages: Iterable[Message | dict[str, Any]], user_id: str | None = None
-    ) -> list[int]:
-        """Write several messages in one transaction (see :meth:`MemoryStore.append`)."""
-        return self._store.append(self.app_id, messages, user_id=user_id)
-
-    def compact(
-        self,
-        summarize: Callable[[list[Message]], Any],
-        keep_last_tokens: int | None = None,
-        keep_last_messages: int | None = None,
-        *,
-        display: bool = False,
-    ) -> CompactionReport:
-        """Replace the older part of the window with a summary written by ``summarize``.
-
-        The window (``reload_max`` messages, opened by the previous summary) is cut at a unit
-        boundary: the newest whole units within ``keep_last_tokens`` tokens and
-        ``keep_last_messages`` messages stay (both bounds hold when both are given; the
-        newest unit always stays). ``summarize(messages) -> str`` gets the rest, the previous
-        summary first, so summaries chain; it runs outside any transaction. Its text is
-        stored as a ``summary`` row of the original history recording the id range it
-        covers; from then on windows are ``[summary] + the newest units after that range``.
-        Nothing is deleted or changed: ``history``, ``export`` and ``memstore show
-        --original`` still see every message. ``display=True`` also writes the summary to
-        the display history (role ``"summary"``).
-
-        Messages appended while ``summarize`` runs are neither lost nor covered. Raises
-        :class:`~memstore.errors.SummarizerError` when ``summarize`` raises or returns no
-        text, and :class:`~memstore.errors.CompactionConflictError` when another compaction
-        stored a summary meanwhile; either way nothing is written. Returns a
-        :class:`~memstore.reports.CompactionReport` (``compacted=False`` when nothing was
-        older than the kept part: ``summarize`` was not called).
-        """
-        return self._store.compact(
-            self.app_id, summarize, keep_last_tokens, keep_last_messages, display=display
-        )
-
-    def invalidate(self) -> None:
-        """Drop the cached window; the next read rebuilds it from SQL."""
-        self._store._cache_update(lambda: self._store.cache.invalidate(self.app_id))

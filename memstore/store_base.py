@@ -1,31 +1,29 @@
 """What :class:`~memstore.MemoryStore` and :class:`~memstore.aio.AsyncMemoryStore` share apart
-from their I/O: settings, the id generator, tool formatters, laying out a write and the
-policy for snowflake id collisions."""
+from their I/O: settings, tool formatters, stale-window tracking, counters, window budgets and
+laying out a write."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy.engine import make_url
 
 from memstore.cache.base import CachedWindow
 from memstore.config import Settings
-from memstore.core import health
 from memstore.core.compaction import CompactionPlan, over_threshold
 from memstore.core.crypto import RowCipher
 from memstore.core.display import DisplayDraft, ToolFormatter
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, bounded_int
-from memstore.core.leases import HeldLease, LeaseRow, id_floor
+from memstore.core.leases import HeldLease
 from memstore.core.loader import Rows, WindowSteps, window_steps
-from memstore.core.plans import ID_COLLISION_RETRIES, WritePlan, plan_write, positive
+from memstore.core.plans import WritePlan, plan_write, positive
 from memstore.core.row_memo import RowMemo
 from memstore.core.rows import FetchedRows
 from memstore.core.staleness import PollSchedule
@@ -42,22 +40,17 @@ from memstore.core.tokens import (
 from memstore.core.window import Window, WindowEntry, answer_open_group, entry_for, token_window
 from memstore.errors import (
     CommitOutcomeUnknownError,
-    IdCollisionError,
     InvalidInputError,
     MemstoreError,
     StorageError,
     SummarizerError,
-    WorkerLeaseLostError,
 )
 from memstore.ids import SnowflakeGenerator, _wall_clock_ms, shared_generator
 from memstore.messages import Message
 from memstore.metrics import Metrics, otel_listener
-from memstore.reports import CompactionReport, HealthCheck, HealthReport
+from memstore.reports import CompactionReport
 
 AppendAction = Literal["local", "guarded", "invalidate", "plain", "none"]
-
-if TYPE_CHECKING:
-    from memstore.sql.health import DatabaseProbe
 
 Summarizer = Callable[[list[Message]], Any]
 """``summarize(messages) -> str`` (an async store also accepts one returning an awaitable)."""
@@ -159,7 +152,7 @@ class StoreBase:
         self._lease: HeldLease | None = None
         self._lease_pid = 0
         """The process that claimed ``_lease``: a forked child must not use its parent's."""
-        self._lease_lock = threading.Lock()
+        self._lease_lock = threading.RLock()  # reentrant: a claim's steps take it again
         self._formatters: dict[str, ToolFormatter] = {}
         self._closed = False
         self._metrics = Metrics()
@@ -405,148 +398,6 @@ class StoreBase:
         if cached:
             self._metrics.incr("cache_rebuilds")
 
-    # -- health (the verdicts; the stores probe) -----------------------------------------------
-
-    def _lease_rows_needed(self) -> bool:
-        """True when the health check must read the lease rows: a leasing store holding none."""
-        return self._leasing and self._own_lease() is None
-
-    def _lease_check(self, leases: list[LeaseRow] | None) -> HealthCheck:
-        if not self._leasing:
-            return health.fixed_worker_check(self._fixed_worker_id)
-        lease = self._own_lease()
-        if lease is not None:
-            return health.held_lease_check(lease, time.monotonic())
-        if leases is None:
-            return health.skipped("needs the database, migrated to head")
-        return health.free_lease_check(leases)
-
-    def _health_report(
-        self,
-        started: float,
-        timeout: float,
-        database: DatabaseProbe | BaseException | None,
-        cache: HealthCheck | BaseException | None,
-    ) -> HealthReport:
-        """The report from the probes' outcomes (``None``: no answer within ``timeout``)."""
-        from memstore.sql.health import DatabaseProbe, head_revision, known_revision
-
-        if isinstance(database, DatabaseProbe):
-            db_check = health.passed(f"{database.dialect} answers")
-            revision = database.revision
-            known = revision is None or known_revision(revision)
-            schema = health.schema_check(revision, head_revision(), known)
-            lease = self._lease_check(database.leases)
-        else:
-            if database is None:
-                db_check = health.timed_out(timeout)
-            else:
-                db_check = health.failed(
-                    health.error_reason(database, getattr(database, "kind", None))
-                )
-            schema = health.skipped("the database is not reachable")
-            lease = self._lease_check(None)
-        if cache is None:
-            cache_check = health.timed_out(timeout)
-        elif isinstance(cache, BaseException):
-            cache_check = health.failed(health.cache_reason(cache))
-        else:
-            cache_check = cache
-        checks = (db_check, schema, cache_check, lease)
-        return HealthReport(
-            ok=all(check.ok for check in checks),
-            database=db_check,
-            migrations=schema,
-            cache=cache_check,
-            lease=lease,
-            seconds=round(time.monotonic() - started, 3),
-        )
-
-    @staticmethod
-    def _health_timeout(timeout: float) -> float:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not (0 < timeout <= 3600)
-        ):
-            raise InvalidInputError("timeout must be a number of seconds in (0, 3600]")
-        return float(timeout)
-
-    @property
-    def worker_id(self) -> int | None:
-        """The snowflake worker id this store issues ids with: the fixed one, or the one it
-        leased (``None`` while a leasing store holds none yet: it leases on its first write;
-        ``migrate()``, reads and ``health()`` claim no lease)."""
-        if not self._leasing:
-            return self._fixed_worker_id
-        lease = self._lease
-        return None if lease is None else lease.worker_id
-
-    def _take_lease(self, worker_id: int, epoch: int, last_ms: int, sent_at: float) -> None:
-        """Start issuing ids on a lease just claimed (call with ``_lease_lock`` held)."""
-        self._ids = SnowflakeGenerator(
-            worker_id,
-            max_backwards_wait_ms=self.settings.clock_backwards_max_wait_ms,
-            clock=self._id_clock,
-            start_after=id_floor(worker_id, last_ms),
-        )
-        self._lease = HeldLease(worker_id, epoch, sent_at, self.settings.worker_lease_seconds)
-        self._lease_pid = os.getpid()
-
-    def _own_lease(self) -> HeldLease | None:
-        """The lease this process claimed; a lease inherited across ``fork`` is forgotten (the
-        parent still holds it and renews it)."""
-        lease = self._lease
-        if lease is not None and self._lease_pid != os.getpid():
-            self._lease = lease = None
-        return lease
-
-    def _usable_generator(self) -> SnowflakeGenerator | None:
-        """The generator when ids may be issued right now without touching the database."""
-        if not self._leasing:
-            return self._ids
-        lease = self._own_lease()
-        if lease is not None and lease.usable(time.monotonic()):
-            return self._ids
-        return None
-
-    def _last_issued_ms(self) -> int:
-        return 0 if self._ids is None else self._ids.last_ms
-
-    def _renewed_before_issuing(
-        self, lease: HeldLease, kept: bool, sent_at: float
-    ) -> SnowflakeGenerator | None:
-        """Apply a renewal made before issuing ids: the generator when ``lease`` was kept,
-        else ``None`` (another process holds the id now: lease another one)."""
-        if not kept:
-            self._lease = None
-            return None
-        self._lease = lease.renewed(sent_at)
-        self._metrics.incr("lease_renewals")
-        assert self._ids is not None
-        return self._ids
-
-    @staticmethod
-    def _lease_lost(lease: HeldLease, error: StorageError) -> WorkerLeaseLostError:
-        """The error when a lease that may have lapsed could not be renewed."""
-        return WorkerLeaseLostError(
-            f"worker id {lease.worker_id}: the lease may have lapsed and could not "
-            f"be renewed ({error.kind or 'database error'}); no id was issued"
-        )
-
-    def _apply_background_renewal(self, lease: HeldLease, kept: bool, sent_at: float) -> None:
-        """Apply a heartbeat's renewal of ``lease``, unless the store holds another lease by
-        now; a lease another process claimed meanwhile is forgotten."""
-        with self._lease_lock:
-            current = self._lease
-            if current is not None and (current.worker_id, current.epoch) == (
-                lease.worker_id,
-                lease.epoch,
-            ):
-                self._lease = current.renewed(sent_at) if kept else None
-        if kept:
-            self._metrics.incr("lease_renewals")
-
     @classmethod
     def from_env(cls: type[StoreT], **overrides: Any) -> StoreT:
         """A store configured from the ``MEMSTORE_*`` environment variables."""
@@ -676,42 +527,4 @@ class StoreBase:
             owns_engine
             and parsed.get_backend_name() == "sqlite"
             and parsed.database in (None, "", ":memory:")
-        )
-
-    def _issue_ids(self, count: int, above: int) -> list[int]:
-        """``count`` fresh ids above ``above`` (the app's newest id, read in the write's
-        transaction)."""
-        generator = self._usable_generator()
-        if generator is None:
-            raise WorkerLeaseLostError(
-                "no usable worker-id lease: the lease may have lapsed; no id was issued"
-            )
-        return generator.next_ids(count, above=above)
-
-    def _retry_write(self, attempt: int, error: IdCollisionError | WorkerLeaseLostError) -> None:
-        """After attempt ``attempt`` of a write's transaction failed with ``error``: return to
-        retry it (ids taken by another process: fresh ids; the lease lapsed inside the
-        transaction: renewed first), or raise ``error`` once the retries are used up."""
-        if isinstance(error, IdCollisionError):
-            self._id_collided(attempt, error)
-        else:
-            self._lease_lapsed(attempt, error)
-
-    def _lease_lapsed(self, attempt: int, error: WorkerLeaseLostError) -> None:
-        """Called when the lease lapsed between renewing it and issuing ids (a pause inside
-        the write's transaction, which rolled back): retry, renewing first, or give up. Ids
-        are never issued, and a lease never renewed, inside a write's transaction."""
-        if attempt >= ID_COLLISION_RETRIES:
-            raise error
-        logger.warning("memstore: the worker-id lease lapsed during a write; renewing, retrying")
-
-    def _id_collided(self, attempt: int, error: IdCollisionError) -> None:
-        """Called when attempt ``attempt`` of a write hit a taken id: retry, or give up."""
-        self._metrics.incr("id_collisions")
-        if attempt >= ID_COLLISION_RETRIES:
-            raise error
-        logger.warning(
-            "memstore: snowflake id collision (another process uses worker id %s?); "
-            "retrying with fresh ids",
-            self.worker_id,
         )

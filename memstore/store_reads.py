@@ -5,29 +5,30 @@ explains; the stores drive them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memstore.cache.base import WindowPolicy
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_app_id
 from memstore.core.loader import Rows, WindowSteps, window_steps
 from memstore.core.plans import positive, reload_report
+from memstore.core.staleness import marks_to_clear
 from memstore.core.window import Window
+from memstore.errors import StorageError
 from memstore.messages import Message
 from memstore.reports import ReloadReport
-from memstore.store_base import StoreBase
+from memstore.store_base import collecting_skips
+from memstore.store_leases import StoreLeases
+from memstore.store_steps import IO as IO
+from memstore.store_steps import Steps as Steps
 
 T = TypeVar("T")
 
-IO = Callable[[], Any]
-"""One step: an I/O call on the store's backends (its result, or an awaitable of it)."""
 
-Steps = Generator[IO, Any, T]
-"""An operation's decisions: yields steps, gets their results, returns the result."""
-
-
-class StoreReads(StoreBase):
-    """The read generators both stores drive."""
+class StoreReads(StoreLeases):
+    """The read generators both stores drive, and the stale-window steps."""
 
     if TYPE_CHECKING:  # what the stores provide (their own types; sync or async)
         _sql: Any
@@ -35,6 +36,80 @@ class StoreReads(StoreBase):
         cache: Any
 
         def _drop_stale_windows(self) -> Any: ...
+
+    def _cache_for(self, redis_cache: Any, local_cache: Callable[[WindowPolicy], T]) -> T:
+        """The default window cache: ``redis_cache`` (a class with ``from_url``) on the
+        ``redis_url`` setting, else ``local_cache``, both with the settings' window policy."""
+        policy = WindowPolicy.from_settings(self.settings)
+        if self.settings.redis_url:
+            cache: T = redis_cache.from_url(
+                self.settings.redis_url,
+                policy,
+                self.settings.redis_timeout_seconds,
+                metrics=self._metrics,
+            )
+            return cache
+        return local_cache(policy)
+
+    def _attach_cache(
+        self,
+        cache: object | None,
+        redis_cache: type,
+        local_cache: type,
+        url: str,
+        owns_engine: bool,
+    ) -> None:
+        """Use ``cache``, or the default one (:meth:`_cache_for`), and set what follows from
+        its kind (``redis_cache``, ``local_cache`` or another)."""
+        self._owns_cache = cache is None
+        self.cache = cache if cache is not None else self._cache_for(redis_cache, local_cache)
+        # An in-process window cannot see other processes' writes: check it against the
+        # app's SQL generation on every read, unless nobody else can write.
+        private = self._private_database(url, owns_engine)
+        self._local = self.cache if isinstance(self.cache, local_cache) and not private else None
+        self._encodes_entries = isinstance(self.cache, redis_cache)
+        self._track_skips(self.cache)
+        self._guarded = bool(getattr(self.cache, "guards_generations", False))
+
+    # -- stale windows across instances ------------------------------------------------------
+
+    def _stamped_steps(self, update: Callable[[], Any]) -> Steps[Any]:
+        """A cache update that follows a committed change, with stale-window tracking on:
+        when the cache skipped it (Redis unreachable), the app is stamped in SQL so that every
+        instance drops its window (see :mod:`memstore.core.staleness`). Never raises for the
+        stamp."""
+        with collecting_skips() as skipped:
+            result = yield update
+        if skipped:
+            try:
+                yield lambda: self._calls.stamp(skipped)
+            except StorageError as error:
+                self._stamp_failed(skipped, error)
+        return result
+
+    def _stale_poll_steps(self) -> Steps[None]:
+        """When a poll is due (checked again under the store's poll lock), drop the windows
+        of the apps stamped stale and clear the stamps of the windows dropped."""
+        now = time.monotonic()
+        if not self._stale_polls.due(now):
+            return
+        self._stale_polls.started(now)
+        try:
+            marks = yield self._calls.pending
+        except StorageError as error:
+            self._stale_poll_failed("reading", error)
+            return
+        if not marks:
+            return
+        with collecting_skips() as skipped:
+            for mark in marks:
+                yield partial(self.cache.invalidate, mark.app_id)
+        try:
+            yield lambda: self._calls.clear(marks_to_clear(marks, skipped))
+        except StorageError as error:
+            self._stale_poll_failed("clearing", error)
+
+    # -- windows -----------------------------------------------------------------------------
 
     def _fetched(
         self, steps: WindowSteps, app_id: str, reads: list[Rows] | None = None

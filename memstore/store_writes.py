@@ -11,7 +11,6 @@ both; the generator decides, the stores only drive it (:func:`call` / :func:`aca
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timezone
 from functools import partial
@@ -37,19 +36,10 @@ from memstore.sql.lifecycle import decide_prune, prune_report
 from memstore.sql.queries import ChainCheck
 from memstore.store_base import Summarizer, retry_probe, still_unknown
 from memstore.store_reads import IO, Steps, StoreReads
+from memstore.store_steps import acall as acall
+from memstore.store_steps import call as call
 
 T = TypeVar("T")
-
-
-def call(step: IO) -> Any:
-    """The synchronous runner's step."""
-    return step()
-
-
-async def acall(step: IO) -> Any:
-    """The asynchronous runner's step (a synchronous call inside is simply returned)."""
-    result = step()
-    return await result if inspect.isawaitable(result) else result
 
 
 class StoreWrites(StoreReads):

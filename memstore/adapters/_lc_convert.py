@@ -28,7 +28,7 @@ try:
 except ImportError as error:
     raise missing_extra("memstore.adapters.langchain", "langchain", error) from error
 
-from memstore.adapters._history import OPAQUE_MARK, opaque
+from memstore.adapters._batch import OPAQUE_MARK, opaque
 from memstore.adapters._lc_reasoning import reasoning_of
 from memstore.errors import InvalidMessageError
 from memstore.messages import (

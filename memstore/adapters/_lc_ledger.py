@@ -29,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -55,6 +56,7 @@ from memstore.adapters._history import (
 from memstore.adapters._lc_convert import to_canonical
 from memstore.adapters._lc_pending import pending, stored_message_ids
 from memstore.core.crypto import RowCipher
+from memstore.core.steps import adrive, drive
 from memstore.core.window import StoredMessage
 from memstore.errors import IdCollisionError, UnknownToolCallError, WorkerLeaseLostError
 from memstore.shielding import finish
@@ -63,7 +65,8 @@ from memstore.sql.engine import translated_errors
 from memstore.sql.generation import GenerationStep
 from memstore.sql.queries import in_app, oldest_first_query, rows_to_messages
 from memstore.sql.schema import original
-from memstore.store import MemoryStore
+from memstore.store_reads import Steps
+from memstore.store_writes import acall, call
 
 MIRROR_APPS = 1024
 """Apps a ledger keeps by default (least recently mirrored ones are read again when met)."""
@@ -128,6 +131,11 @@ class _Raced(Exception):
         self.rows = rows
 
 
+_Written = tuple[list[int], list[Any], GenerationStep | None, list[StoredMessage]]
+"""What a mirroring insert wrote: row ids, window entries, generation step, and the rows other
+writers committed since the mark."""
+
+
 # -- SQL steps (sync Connection; the async path runs them through run_sync) ------------------------
 
 
@@ -150,7 +158,7 @@ def _insert_checked(
     batch: Sequence[BaseMessage],
     mark: int,
     presume: bool,
-) -> tuple[list[int], list[Any], GenerationStep | None, list[StoredMessage]]:
+) -> _Written:
     """Insert ``batch``, then read the rows others committed since ``mark`` (see the module
     docstring); raise :class:`_Raced` (rolling the insert back) when one holds a message of
     the batch. ``store`` is a :class:`~memstore.MemoryStore` or an ``AsyncMemoryStore`` (their
@@ -177,32 +185,26 @@ def _insert_checked(
     return ids, entries, step, others
 
 
-# -- blocking --------------------------------------------------------------------------------------
+# -- the mirror, decided once ----------------------------------------------------------------------
 
 
-def _read_all(store: MemoryStore, app_id: str) -> list[StoredMessage]:
-    with translated_errors("reading history"), store.engine.connect() as conn:
-        return _rows_after(conn, app_id, -1, store.cipher)
-
-
-def _write_sync(
-    store: MemoryStore,
+def _write_steps(
+    store: Any,
     ledger: MirrorLedger,
     app_id: str,
-    user_id: str | None,
     batch: Sequence[BaseMessage],
     mark: int,
-) -> None:
+    insert: Callable[[bool], Any],
+) -> Steps[None]:
+    """Write ``batch`` in one transaction (``insert(presume)`` runs :func:`_insert_checked`
+    in one), retrying as the store's own writes do; then the cache and the ledger."""
     attempt = 0
     presume = True
     while True:
         attempt += 1
-        store._ensure_lease()  # before the transaction: a renewal never waits on its locks
+        yield store._ensure_lease  # before the transaction: a renewal never waits on its locks
         try:
-            with app_transaction(store, app_id, "mirroring messages") as conn:
-                ids, entries, step, others = _insert_checked(
-                    conn, store, app_id, user_id, batch, mark, presume
-                )
+            written: _Written = yield partial(insert, presume)
         except UnknownToolCallError:
             if not presume:
                 raise
@@ -211,9 +213,38 @@ def _write_sync(
         except (IdCollisionError, WorkerLeaseLostError) as error:
             store._retry_write(attempt, error)
             continue
-        store._cache_append(app_id, entries, step)
+        ids, entries, step, others = written
+        yield partial(store._cache_append, app_id, entries, step)
         ledger.record(app_id, others, ids[-1] if ids else mark, batch)
         return
+
+
+def _mirror_steps(
+    ledger: MirrorLedger,
+    app_id: str,
+    messages: Sequence[BaseMessage],
+    read_all: Callable[[], Any],
+    write: Callable[[Sequence[BaseMessage], int], Any],
+) -> Steps[None]:
+    """Store the messages the app's rows do not hold yet: ``read_all()`` reads every row of
+    the app, ``write(batch, mark)`` runs :func:`_write_steps` to its end."""
+    while True:
+        known = ledger.snapshot(app_id)
+        if known is None:  # first meeting with the app in this process
+            rows: list[StoredMessage] = yield read_all
+            ledger.record(app_id, rows, max((row.id for row in rows), default=-1))
+            continue
+        batch = pending(messages, known[0])
+        if not batch:
+            return
+        try:
+            yield partial(write, batch, known[1])
+            return
+        except _Raced as raced:  # another writer stored part of the batch: learn it, recompute
+            ledger.record(app_id, raced.rows, max(row.id for row in raced.rows))
+
+
+# -- blocking --------------------------------------------------------------------------------------
 
 
 def mirror(
@@ -226,20 +257,17 @@ def mirror(
     """Store the messages of a graph state that the app's rows do not hold yet, in the order
     :func:`~memstore.adapters._lc_pending.pending` gives, each exactly once."""
     store = access.sync_store()
-    while True:
-        known = ledger.snapshot(app_id)
-        if known is None:  # first meeting with the app in this process
-            rows = _read_all(store, app_id)
-            ledger.record(app_id, rows, max((row.id for row in rows), default=-1))
-            continue
-        batch = pending(messages, known[0])
-        if not batch:
-            return
-        try:
-            _write_sync(store, ledger, app_id, user_id, batch, known[1])
-            return
-        except _Raced as raced:  # another writer stored part of the batch: learn it, recompute
-            ledger.record(app_id, raced.rows, max(row.id for row in raced.rows))
+    read_all = partial(access._read, _rows_after, app_id, -1)
+
+    def insert(batch: Sequence[BaseMessage], mark: int, presume: bool) -> _Written:
+        with app_transaction(store, app_id, "mirroring messages") as conn:
+            return _insert_checked(conn, store, app_id, user_id, batch, mark, presume)
+
+    def write(batch: Sequence[BaseMessage], mark: int) -> None:
+        steps = _write_steps(store, ledger, app_id, batch, mark, partial(insert, batch, mark))
+        drive(steps, call)
+
+    drive(_mirror_steps(ledger, app_id, messages, read_all, write), call)
 
 
 # -- coroutines ------------------------------------------------------------------------------------
@@ -254,54 +282,25 @@ async def amirror(
 ) -> None:
     """:func:`mirror` as a coroutine: natively on an ``AsyncMemoryStore``'s home loop, else
     in a worker thread."""
-    store = access._native() if is_async_store(access.store) else None
-    if store is None:
+    native = access._native() if is_async_store(access.store) else None
+    if native is None:
         await finish(asyncio.to_thread(mirror, access, ledger, app_id, user_id, messages))
         return
-    while True:
-        known = ledger.snapshot(app_id)
-        if known is None:
-            with translated_errors("reading history"):
-                async with store.engine.connect() as conn:
-                    rows = await conn.run_sync(_rows_after, app_id, -1, store.cipher)
-            ledger.record(app_id, rows, max((row.id for row in rows), default=-1))
-            continue
-        batch = pending(messages, known[0])
-        if not batch:
-            return
-        try:
-            await finish(_awrite(store, ledger, app_id, user_id, batch, known[1]))
-            return
-        except _Raced as raced:
-            ledger.record(app_id, raced.rows, max(row.id for row in raced.rows))
+    store = native
 
+    async def read_all() -> list[StoredMessage]:
+        with translated_errors("reading history"):
+            async with store.engine.connect() as conn:
+                return await conn.run_sync(_rows_after, app_id, -1, store.cipher)
 
-async def _awrite(
-    store: Any,
-    ledger: MirrorLedger,
-    app_id: str,
-    user_id: str | None,
-    batch: Sequence[BaseMessage],
-    mark: int,
-) -> None:
-    attempt = 0
-    presume = True
-    while True:
-        attempt += 1
-        await store._ensure_lease()
-        try:
-            async with aapp_transaction(store, app_id, "mirroring messages") as conn:
-                ids, entries, step, others = await conn.run_sync(
-                    _insert_checked, store, app_id, user_id, batch, mark, presume
-                )
-        except UnknownToolCallError:
-            if not presume:
-                raise
-            presume = False
-            continue
-        except (IdCollisionError, WorkerLeaseLostError) as error:
-            store._retry_write(attempt, error)
-            continue
-        await store._cache_append(app_id, entries, step)
-        ledger.record(app_id, others, ids[-1] if ids else mark, batch)
-        return
+    async def insert(batch: Sequence[BaseMessage], mark: int, presume: bool) -> _Written:
+        async with aapp_transaction(store, app_id, "mirroring messages") as conn:
+            return await conn.run_sync(
+                _insert_checked, store, app_id, user_id, batch, mark, presume
+            )
+
+    async def write(batch: Sequence[BaseMessage], mark: int) -> None:
+        steps = _write_steps(store, ledger, app_id, batch, mark, partial(insert, batch, mark))
+        await finish(adrive(steps, acall))
+
+    await adrive(_mirror_steps(ledger, app_id, messages, read_all, write), acall)

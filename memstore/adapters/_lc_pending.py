@@ -18,7 +18,8 @@ of a LangGraph state and must store each message exactly once, in an order the l
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from memstore.extras import missing_extra
@@ -38,8 +39,11 @@ from memstore.adapters._lc_convert import (
     is_orphan_result,
     to_canonical,
 )
+from memstore.core.steps import adrive, drive
 from memstore.core.window import SYNTHETIC_MARK, StoredMessage
 from memstore.messages import Message
+from memstore.store_reads import Steps
+from memstore.store_writes import acall, call
 
 RECHECK_MARGIN = 8
 """Newest rows read beyond the batch size when checking for messages stored already."""
@@ -115,6 +119,25 @@ def _unseen(batch: Sequence[BaseMessage], rows: Iterable[StoredMessage]) -> list
     return [to_canonical(m) for m in batch if m.id is None or m.id not in seen]
 
 
+def _write_pending_steps(
+    batch: Sequence[BaseMessage],
+    recheck: bool,
+    newest_rows: Callable[[int], Any],
+    append: Callable[[list[Message]], Any],
+) -> Steps[None]:
+    """:func:`write_pending` decided once: ``newest_rows(limit)`` reads the app's newest rows,
+    ``append(messages)`` stores the rest."""
+    if not batch:
+        return
+    if recheck:
+        rows = yield partial(newest_rows, len(batch) + RECHECK_MARGIN)
+        messages = _unseen(batch, rows)
+    else:
+        messages = [to_canonical(m) for m in batch]
+    if messages:
+        yield partial(append, messages)
+
+
 def write_pending(
     access: StoreAccess,
     app_id: str,
@@ -128,15 +151,9 @@ def write_pending(
     ``recheck=False`` skips the read of the app's newest rows: only for a caller that knows
     no earlier attempt can have committed any message of ``batch``.
     """
-    if not batch:
-        return
-    if recheck:
-        rows = access.newest_rows(app_id, len(batch) + RECHECK_MARGIN, None)
-        messages = _unseen(batch, rows)
-    else:
-        messages = [to_canonical(m) for m in batch]
-    if messages:
-        access.append(app_id, messages, user_id)
+    newest = partial(access.newest_rows, app_id, before_id=None)
+    append = partial(access.append, app_id, user_id=user_id)
+    drive(_write_pending_steps(batch, recheck, newest, append), call)
 
 
 async def awrite_pending(
@@ -148,15 +165,9 @@ async def awrite_pending(
     recheck: bool = True,
 ) -> None:
     """:func:`write_pending` as a coroutine."""
-    if not batch:
-        return
-    if recheck:
-        rows = await access.anewest_rows(app_id, len(batch) + RECHECK_MARGIN, None)
-        messages = _unseen(batch, rows)
-    else:
-        messages = [to_canonical(m) for m in batch]
-    if messages:
-        await access.aappend(app_id, messages, user_id)
+    newest = partial(access.anewest_rows, app_id, before_id=None)
+    append = partial(access.aappend, app_id, user_id=user_id)
+    await adrive(_write_pending_steps(batch, recheck, newest, append), acall)
 
 
 def window_messages(window: Iterable[Message]) -> list[BaseMessage]:

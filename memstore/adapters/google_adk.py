@@ -54,13 +54,9 @@ All work runs in a worker thread on a synchronous store (an ``AsyncMemoryStore``
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import uuid
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -75,7 +71,6 @@ try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event
-    from google.adk.events.event_actions import EventActions, EventCompaction
     from google.adk.sessions import _session_util
     from google.adk.sessions.base_session_service import (
         BaseSessionService,
@@ -84,398 +79,56 @@ try:
     )
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
-    from google.genai import types
 except ImportError as error:
     raise missing_extra(__name__, "google-adk", error) from error
 
-from memstore.adapters._history import (
-    Store,
-    StoreAccess,
-    app_transaction,
-    distinct_requests,
-    insert_messages,
-    opaque,
+from memstore.adapters._adk_convert import (
+    ADK_KEY,
+    INTERRUPTED_EVENT_PREFIX,
+    SUMMARY_EVENT_PREFIX,
+    compaction_event,
+    event_stamp,
+    event_to_messages,
+    history_app_id,
+    latest_events,
+    messages_to_events,
+    stamp_bounds,
 )
+from memstore.adapters._adk_state import (
+    covered_bounds,
+    json_state,
+    merge_state,
+    state_key,
+    state_of,
+    update_stamp,
+)
+from memstore.adapters._history import Store, StoreAccess, app_transaction, insert_messages
 from memstore.core.inputs import MAX_WINDOW_MESSAGES, normalize_user_id
-from memstore.core.metadata import thaw
 from memstore.core.plans import plan_write
-from memstore.core.reasoning import GOOGLE, THOUGHT, THOUGHT_SIGNATURE
-from memstore.core.rows import SUMMARY
-from memstore.core.summary import (
-    SUMMARY_MARK,
-    SummaryInfo,
-    is_summary,
-    summary_info,
-    window_summary,
-)
-from memstore.core.window import is_synthetic, select_window
+from memstore.core.summary import SUMMARY_MARK, is_summary, summary_info, window_summary
+from memstore.core.window import select_window
 from memstore.errors import InvalidAppIdError, UnknownToolCallError
-from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolResult, UserMessage
+from memstore.messages import Message
 from memstore.seams import adk_update_marker, set_adk_update_marker
 from memstore.shielding import finish
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
-from memstore.sql.queries import in_app, newest_first, purge_statements, rows_to_messages
-from memstore.sql.schema import adk_state, original
+from memstore.sql.queries import purge_statements
+from memstore.sql.schema import adk_state
 from memstore.store import MemoryStore
 
-ADK_KEY = "google_adk"
-"""The ``metadata`` key holding a row's event fields and its content parts."""
-
-INTERRUPTED_EVENT_PREFIX = "memstore-interrupted-"
-"""Event id prefix of the synthetic responses of calls whose response was never stored."""
-
-SUMMARY_EVENT_PREFIX = "memstore-summary-"
-"""Event id prefix of the compaction events made of memstore's summaries (then the row id)."""
-
-__all__ = ["ADK_KEY", "MemstoreSessionService", "event_to_messages", "messages_to_events"]
+__all__ = [
+    "ADK_KEY",
+    "INTERRUPTED_EVENT_PREFIX",
+    "SUMMARY_EVENT_PREFIX",
+    "MemstoreSessionService",
+    "event_to_messages",
+    "history_app_id",
+    "messages_to_events",
+]
 
 _WHOLE = 2**31
 """A window size no session reaches: the edge check over every row."""
-
-
-def history_app_id(app_name: str, user_id: str, session_id: str) -> str:
-    """The memstore app id of a session's events."""
-    digest = hashlib.sha256(json.dumps([app_name, user_id, session_id]).encode()).hexdigest()
-    return f"adk-{digest[:48]}"
-
-
-# -- events <-> canonical rows ---------------------------------------------------------------------
-
-
-def _dumped(parts: list[Any], index: int, kind: str, field: str) -> Any:
-    """A part's field as ADK serializes the event (``model_dump(mode="json")``: datetimes,
-    decimals and bytes as strings), so what memstore stores is what ADK's own services store."""
-    part = parts[index] if 0 <= index < len(parts) else None
-    value = part.get(kind) if isinstance(part, dict) else None
-    return value.get(field) if isinstance(value, dict) else None
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _thoughts(parts: Sequence[types.Part], call_ids: Sequence[str] = ()) -> list[Reasoning]:
-    """An event's Gemini reasoning, in order: thought parts (summary text, signature) and the
-    thought signatures of function-call and text parts (a call's placed before that call). A
-    thought after text or a call is placed before the next of ``call_ids`` (the AI row's
-    requests); with none, everything stays at the head."""
-    out: list[Reasoning] = []
-    unplaced: list[int] = []
-    seen_output = False
-    for part in parts:
-        signature = (
-            base64.urlsafe_b64encode(part.thought_signature).decode("ascii")
-            if part.thought_signature
-            else None
-        )
-        call = part.function_call
-        if part.thought:
-            if part.text or signature:
-                out.append(
-                    Reasoning(
-                        provider=GOOGLE, kind=THOUGHT, text=part.text or None, signature=signature
-                    )
-                )
-                if seen_output:
-                    unplaced.append(len(out) - 1)
-            continue
-        if call is not None and call.id in call_ids:
-            for position in unplaced:
-                out[position] = out[position].model_copy(update={"before_call": call.id})
-            unplaced = []
-            if signature:
-                out.append(
-                    Reasoning(
-                        provider=GOOGLE,
-                        kind=THOUGHT_SIGNATURE,
-                        signature=signature,
-                        before_call=call.id,
-                    )
-                )
-        elif signature and part.text:
-            out.append(Reasoning(provider=GOOGLE, kind=THOUGHT_SIGNATURE, signature=signature))
-        seen_output = seen_output or call is not None or bool(part.text)
-    return out
-
-
-def event_to_messages(event: Event) -> list[Message]:
-    """The canonical rows of one event, each carrying its parts in ``metadata``."""
-    data = event.model_dump(mode="json", exclude_none=True)
-    content = data.get("content")
-    parts: list[Any] = content.pop("parts", []) if isinstance(content, dict) else []
-    live = event.content.parts if event.content is not None and event.content.parts else []
-
-    def meta(indexes: Sequence[int]) -> dict[str, Any]:
-        return {ADK_KEY: {"event": data, "parts": [[i, parts[i]] for i in indexes]}}
-
-    every = list(range(len(parts)))
-    texts = [p.text for p in live if p.text and not p.thought]
-    calls = [(i, p.function_call) for i, p in enumerate(live) if p.function_call is not None]
-    responses = [
-        (i, p.function_response) for i, p in enumerate(live) if p.function_response is not None
-    ]
-    if calls and all(call.id and call.name for _, call in calls):
-        requests = distinct_requests(
-            ToolRequest(
-                id=call.id or "",
-                name=call.name or "",
-                arguments=_canonical(_dumped(parts, index, "function_call", "args") or {}),
-            )
-            for index, call in calls
-        )
-        return [
-            AiMessage(
-                text="".join(texts) or None,
-                tool_requests=requests,
-                reasoning=_thoughts(live, [request.id for request in requests]),
-                metadata=meta(every),
-            )
-        ]
-    if responses and all(response.id and response.name for _, response in responses):
-        # one row per call id: a response repeating an id (parallel calls that share one)
-        # rides in the first one's parts, so the event still comes back whole
-        carried: dict[str, list[int]] = {}
-        firsts: list[tuple[int, Any]] = []
-        for index, response in responses:
-            if response.id in carried:
-                carried[response.id or ""].append(index)
-            else:
-                carried[response.id or ""] = []
-                firsts.append((index, response))
-        others = [i for i in every if i not in {index for index, _ in responses}]
-        rows: list[Message] = []
-        for n, (index, response) in enumerate(firsts):
-            body = _dumped(parts, index, "function_response", "response") or {}
-            own = [index, *carried[response.id or ""], *(others if n == 0 else [])]
-            rows.append(
-                ToolResult(
-                    id=response.id or "",
-                    tool_name=response.name or "",
-                    text=_canonical(body),
-                    is_error="error" in body,
-                    metadata=meta(sorted(own)),
-                )
-            )
-        return rows
-    if texts:
-        if event.author == "user":
-            return [UserMessage(text="".join(texts), metadata=meta(every))]
-        return [AiMessage(text="".join(texts), reasoning=_thoughts(live), metadata=meta(every))]
-    return [opaque(meta(every))]
-
-
-def _latest_events(events: list[Event], count: int) -> list[Event]:
-    """The latest ``count`` events, reaching back as far as needed so that no function
-    response comes without the event of its call (as the window never starts inside a
-    call / response pair)."""
-    start = max(0, len(events) - count)
-    called: set[str] = set()
-    answered: set[str] = set()
-
-    def take(event: Event) -> None:
-        called.update(call.id for call in event.get_function_calls() if call.id)
-        answered.update(r.id for r in event.get_function_responses() if r.id)
-
-    for event in events[start:]:
-        take(event)
-    while start > 0 and not answered <= called:
-        start -= 1
-        take(events[start])
-    return events[start:]
-
-
-@dataclass
-class _Building:
-    event_id: str
-    data: dict[str, Any]
-    parts: dict[int, Any] = field(default_factory=dict)
-
-
-def _interrupted(result: ToolResult, call: Event | None) -> Event:
-    response = types.FunctionResponse(
-        id=result.id, name=result.tool_name, response={"error": result.text}
-    )
-    return Event(
-        id=f"{INTERRUPTED_EVENT_PREFIX}{result.id}",
-        author=call.author if call is not None else "user",
-        invocation_id=call.invocation_id if call is not None else "",
-        content=types.Content(role="user", parts=[types.Part(function_response=response)]),
-    )
-
-
-def messages_to_events(messages: Sequence[Message]) -> list[Event]:
-    """Regroup a window's rows into events; synthetic results become error response events
-    (but not for long-running calls); rows written by other means are skipped."""
-    pending: list[_Building | ToolResult] = []
-    for message in messages:
-        data = message.metadata.get(ADK_KEY)
-        if isinstance(data, dict):
-            event_id = data["event"].get("id", "")
-            last = pending[-1] if pending else None
-            if isinstance(last, _Building) and last.event_id == event_id:
-                last.parts.update((index, part) for index, part in data["parts"])
-            else:
-                building = _Building(event_id, data["event"])
-                building.parts.update((index, part) for index, part in data["parts"])
-                pending.append(building)
-        elif isinstance(message, ToolResult) and is_synthetic(message):
-            pending.append(message)
-    events: list[Event] = []
-    callers: dict[str, Event] = {}
-    for item in pending:
-        if isinstance(item, ToolResult):
-            caller = callers.get(item.id)
-            if caller is not None and item.id in (caller.long_running_tool_ids or set()):
-                continue
-            events.append(_interrupted(item, caller))
-            continue
-        body = thaw(item.data)
-        if isinstance(body.get("content"), dict):
-            body["content"]["parts"] = [item.parts[i] for i in sorted(item.parts)]
-        event = Event.model_validate(body)
-        for call in event.get_function_calls():
-            if call.id:
-                callers[call.id] = event
-        events.append(event)
-    return events
-
-
-def _event_stamp(message: Message) -> float | None:
-    """The timestamp of the event a row belongs to (``None``: not a row of this adapter)."""
-    data = message.metadata.get(ADK_KEY)
-    event = data.get("event") if isinstance(data, dict) else None
-    stamp = event.get("timestamp") if isinstance(event, dict) else None
-    return float(stamp) if isinstance(stamp, (int, float)) else None
-
-
-def _compaction_event(row_id: int, text: str | None, start: float, end: float) -> Event:
-    """A memstore summary as ADK's compaction event (the shape ADK's own summarizer appends:
-    author ``user``, no ``content``, the summary as model content in ``actions.compaction``)."""
-    event_id = f"{SUMMARY_EVENT_PREFIX}{row_id}"
-    compaction = EventCompaction(
-        start_timestamp=start,
-        end_timestamp=end,
-        compacted_content=types.Content(role="model", parts=[types.Part(text=text or "")]),
-    )
-    return Event(
-        id=event_id,
-        invocation_id=event_id,
-        author="user",
-        timestamp=end,
-        actions=EventActions(compaction=compaction),
-    )
-
-
-def _bounds(stamps: Sequence[float | None]) -> tuple[float, float]:
-    """The first and last known timestamps of the covered events (``0.0`` when none is
-    known: a summary placed before every event rather than over one it does not cover)."""
-    known = [stamp for stamp in stamps if stamp is not None]
-    return (known[0], known[-1]) if known else (0.0, 0.0)
-
-
-_STAMP_SCAN = 16
-"""Rows read at each end of a covered range for the timestamp of an event of this adapter."""
-
-
-def _covered_bounds(
-    conn: Connection, store: MemoryStore, app_id: str, info: SummaryInfo
-) -> tuple[float, float]:
-    """The first and last event timestamps in a summary's covered range, read from the
-    rows at both ends of it (a summary row or a row written by other means has none)."""
-    where = (
-        in_app(original, app_id),
-        original.c.is_deleted == sa.false(),
-        original.c.message_type != SUMMARY,
-        original.c.id >= info.first_id,
-        original.c.id <= info.last_id,
-    )
-    columns = (original.c.id, original.c.payload)
-    oldest = sa.select(*columns).where(*where).order_by(original.c.app_id, original.c.id)
-    newest = sa.select(*columns).where(*where).order_by(*newest_first(original))
-    head = rows_to_messages(conn.execute(oldest.limit(_STAMP_SCAN)), app_id, store.cipher)
-    tail = rows_to_messages(conn.execute(newest.limit(_STAMP_SCAN)), app_id, store.cipher)
-    return _bounds([_event_stamp(row.message) for row in head + tail])
-
-
-# -- state rows ------------------------------------------------------------------------------------
-
-
-def _key(scope: str, app_name: str, user_id: str = "", session_id: str = "") -> Any:
-    return sa.and_(
-        adk_state.c.scope == scope,
-        adk_state.c.app_name == app_name,
-        adk_state.c.user_id == user_id,
-        adk_state.c.session_id == session_id,
-    )
-
-
-def _state_of(conn: Connection, scope: str, *key: str) -> dict[str, Any]:
-    text = conn.execute(sa.select(adk_state.c.state).where(_key(scope, *key))).scalar()
-    return {} if text is None else dict(json.loads(text))
-
-
-def _merge_state(conn: Connection, scope: str, delta: dict[str, Any], *key: str) -> None:
-    """Apply ``delta`` to the app or user state row (created when missing).
-
-    The row is first made to exist (an insert that does nothing when it is there), then read
-    with a row lock (``FOR UPDATE``; SQLite's write lock serializes anyway), so concurrent
-    appends in one app or for one user merge one after the other and no key is lost. Creating
-    the row before locking it takes one lock per row, in one order: no gap locks, no
-    shared-to-exclusive upgrade, so no deadlock between concurrent first writers (InnoDB)."""
-    if not delta:
-        return  # nothing to merge: no row, no lock
-    now = datetime.now(timezone.utc)
-    conn.execute(_create_if_missing(conn, scope, now, *key))
-    row = conn.execute(
-        sa.select(adk_state.c.state, adk_state.c.revision)
-        .where(_key(scope, *key))
-        .with_for_update()
-    ).one()
-    merged = {**json.loads(row.state), **delta}
-    conn.execute(
-        adk_state.update()
-        .where(_key(scope, *key))
-        .values(state=json.dumps(merged), revision=row.revision + 1, updated_at=now)
-    )
-
-
-def _create_if_missing(conn: Connection, scope: str, now: datetime, *key: str) -> Any:
-    """An insert of the empty state row that does nothing when the row exists."""
-    values = {
-        "scope": scope,
-        "app_name": key[0],
-        "user_id": key[1] if len(key) > 1 else "",
-        "session_id": "",
-        "state": "{}",
-        "revision": 0,
-        "updated_at": now,
-    }
-    if conn.dialect.name in ("mysql", "mariadb"):
-        from sqlalchemy.dialects import mysql
-
-        statement = mysql.insert(adk_state).values(values)
-        # a no-op update: it takes the row's exclusive lock, as the locking read would
-        return statement.on_duplicate_key_update(revision=adk_state.c.revision)
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        return postgresql.insert(adk_state).values(values).on_conflict_do_nothing()
-    from sqlalchemy.dialects import sqlite
-
-    return sqlite.insert(adk_state).values(values).on_conflict_do_nothing()
-
-
-def _stamp(value: datetime) -> float:
-    if value.tzinfo is None:  # MySQL DATETIME comes back naive (stored as UTC)
-        value = value.replace(tzinfo=timezone.utc)
-    return value.timestamp()
-
-
-def _json_state(state: dict[str, Any]) -> dict[str, Any]:
-    """State in the JSON form ADK's ``DatabaseSessionService`` stores (ISO datetimes, decimals
-    as strings, sets as lists; a value pydantic cannot convert by its ``str()``)."""
-    return dict(json.loads(json.dumps(_session_util.make_json_safe_state(state), default=str)))
 
 
 # -- the service -----------------------------------------------------------------------------------
@@ -539,7 +192,7 @@ class MemstoreSessionService(BaseSessionService):
             )
         session_id = (session_id or "").strip() or uuid.uuid4().hex
         return await asyncio.to_thread(
-            self._create_sync, app_name, user_id, session_id, _json_state(state or {})
+            self._create_sync, app_name, user_id, session_id, json_state(state or {})
         )
 
     def _create_sync(
@@ -564,8 +217,8 @@ class MemstoreSessionService(BaseSessionService):
                     )
             except IntegrityError as error:
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.") from error
-            _merge_state(conn, "app", deltas["app"], app_name)
-            _merge_state(conn, "user", deltas["user"], app_name, user_id)
+            merge_state(conn, "app", deltas["app"], app_name)
+            merge_state(conn, "user", deltas["user"], app_name, user_id)
             merged = self._merged(conn, app_name, user_id, deltas["session"])
         session = Session(
             id=session_id,
@@ -582,9 +235,9 @@ class MemstoreSessionService(BaseSessionService):
         conn: Connection, app_name: str, user_id: str, session_state: dict[str, Any]
     ) -> dict[str, Any]:
         merged = dict(session_state)
-        for key, value in _state_of(conn, "app", app_name).items():
+        for key, value in state_of(conn, "app", app_name).items():
             merged[State.APP_PREFIX + key] = value
-        for key, value in _state_of(conn, "user", app_name, user_id).items():
+        for key, value in state_of(conn, "user", app_name, user_id).items():
             merged[State.USER_PREFIX + key] = value
         return merged
 
@@ -622,7 +275,7 @@ class MemstoreSessionService(BaseSessionService):
     def _get_sync(self, app_name: str, user_id: str, session_id: str) -> Session | None:
         with translated_errors("reading a session"), self._sync().engine.connect() as conn:
             row = conn.execute(
-                sa.select(adk_state).where(_key("session", app_name, user_id, session_id))
+                sa.select(adk_state).where(state_key("session", app_name, user_id, session_id))
             ).first()
             if row is None:
                 return None
@@ -632,7 +285,7 @@ class MemstoreSessionService(BaseSessionService):
             app_name=app_name,
             user_id=user_id,
             state=merged,
-            last_update_time=_stamp(row.updated_at),
+            last_update_time=update_stamp(row.updated_at),
         )
         set_adk_update_marker(session, str(row.revision))
         return session
@@ -650,12 +303,12 @@ class MemstoreSessionService(BaseSessionService):
             window = store.load_window(app_id, size, start_at_user=False)
             events = messages_to_events(window)
             if len(events) >= recent:
-                return _latest_events(events, recent)
+                return latest_events(events, recent)
             if len(window) < size or size >= MAX_WINDOW_MESSAGES:
                 # every row after the summary's range is here: the summary comes first (a
                 # window that is full holds the summary but may lack rows after the range)
                 lead = self._summary_lead(store, app_id, window)
-                return _latest_events(lead + events, recent)
+                return latest_events(lead + events, recent)
             size = min(size * 2, MAX_WINDOW_MESSAGES)
 
     def _all_events(self, store: MemoryStore, app_id: str) -> list[Event]:
@@ -672,8 +325,8 @@ class MemstoreSessionService(BaseSessionService):
         opener = window_summary(newest.id, newest.message, store.settings.summary_role)
         if opener is not None:
             covered = [row for row in rows if info.first_id <= row.id <= info.last_id]
-            start, end = _bounds([_event_stamp(row.message) for row in covered])
-            lead = [_compaction_event(newest.id, opener.text, start, end)]
+            start, end = stamp_bounds([event_stamp(row.message) for row in covered])
+            lead = [compaction_event(newest.id, opener.text, start, end)]
         return lead + (messages_to_events(select_window(rest, _WHOLE).messages) if rest else [])
 
     @staticmethod
@@ -684,8 +337,8 @@ class MemstoreSessionService(BaseSessionService):
             return []
         row_id = int(window[0].metadata[SUMMARY_MARK]["id"])
         with translated_errors("reading a summary's range"), store.engine.connect() as conn:
-            start, end = _covered_bounds(conn, store, app_id, info)
-        return [_compaction_event(row_id, window[0].text, start, end)]
+            start, end = covered_bounds(conn, store, app_id, info)
+        return [compaction_event(row_id, window[0].text, start, end)]
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -712,7 +365,7 @@ class MemstoreSessionService(BaseSessionService):
                     app_name=app_name,
                     user_id=row.user_id,
                     state=json.loads(row.state),
-                    last_update_time=_stamp(row.updated_at),
+                    last_update_time=update_stamp(row.updated_at),
                 )
                 for row in rows
             ]
@@ -731,7 +384,7 @@ class MemstoreSessionService(BaseSessionService):
         app_id = history_app_id(app_name, user_id, session_id)
         try:
             with translated_errors("deleting a session"), store.engine.begin() as conn:
-                key = _key("session", app_name, user_id, session_id)
+                key = state_key("session", app_name, user_id, session_id)
                 conn.execute(adk_state.delete().where(key))
                 generation.bump(conn, app_id)  # in-process windows of other processes see it
                 for statement in purge_statements(app_id):
@@ -749,7 +402,7 @@ class MemstoreSessionService(BaseSessionService):
 
     def _user_state_sync(self, app_name: str, user_id: str) -> dict[str, Any]:
         with translated_errors("reading user state"), self._sync().engine.connect() as conn:
-            return _state_of(conn, "user", app_name, user_id)
+            return state_of(conn, "user", app_name, user_id)
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -790,7 +443,7 @@ class MemstoreSessionService(BaseSessionService):
     def _append_sync(self, session: Session, event: Event) -> str:
         store = self._sync()
         app_id = history_app_id(session.app_name, session.user_id, session.id)
-        delta = _json_state(dict(event.actions.state_delta or {})) if event.actions else {}
+        delta = json_state(dict(event.actions.state_delta or {})) if event.actions else {}
         deltas = _session_util.extract_state_delta(delta)
         batch = event_to_messages(event)
         try:
@@ -811,7 +464,7 @@ class MemstoreSessionService(BaseSessionService):
         presume: bool,
     ) -> str:
         """One transaction of :meth:`_append_sync` (see ``insert_messages``'s ``presume``)."""
-        key = _key("session", session.app_name, session.user_id, session.id)
+        key = state_key("session", session.app_name, session.user_id, session.id)
         store._ensure_lease()  # before the transaction: a lease renewal never waits on its locks
         with app_transaction(store, app_id, "appending an event") as conn:
             row = conn.execute(
@@ -835,9 +488,9 @@ class MemstoreSessionService(BaseSessionService):
             if changed != 1:
                 raise StaleSessionError(_STALE)
             if deltas["app"]:
-                _merge_state(conn, "app", deltas["app"], session.app_name)
+                merge_state(conn, "app", deltas["app"], session.app_name)
             if deltas["user"]:
-                _merge_state(conn, "user", deltas["user"], session.app_name, session.user_id)
+                merge_state(conn, "user", deltas["user"], session.app_name, session.user_id)
             _, cache_entries, step = insert_messages(
                 conn, store, app_id, batch, _user(session.user_id), presume=presume
             )

@@ -26,7 +26,9 @@ checkpoint value is not a list of messages (a LangGraph ``DeltaChannel``) is not
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection
+from functools import partial
 from typing import Any
 
 from memstore.errors import InvalidInputError
@@ -40,7 +42,6 @@ try:
         ChannelVersions,
         Checkpoint,
         CheckpointMetadata,
-        CheckpointTuple,
     )
 except ImportError as error:
     raise missing_extra(__name__, "langchain", error) from error
@@ -48,6 +49,9 @@ except ImportError as error:
 from memstore.adapters._history import Store, StoreAccess
 from memstore.adapters._lc_ledger import MIRROR_APPS, MirrorLedger, amirror, mirror
 from memstore.core.inputs import normalize_app_id, normalize_user_id
+from memstore.core.steps import adrive, drive
+from memstore.store_reads import Steps
+from memstore.store_writes import acall, call
 
 MESSAGES_CHANNEL = "messages"
 
@@ -55,6 +59,37 @@ __all__ = ["MemstoreMirrorSaver"]
 
 ThreadKeys = Callable[[RunnableConfig], tuple[str | int, str | None]]
 """``config -> (app id, user id)`` for a checkpoint's config."""
+
+
+def _forwarded(name: str) -> Any:
+    """A method that hands the call to the inner saver's method ``name`` (a coroutine
+    function for an ``a*`` name, an async generator for ``alist``), with the signature and
+    docstring of :class:`BaseCheckpointSaver`'s (when this LangGraph release has one)."""
+    if name == "alist":
+
+        async def forward_items(self: MemstoreMirrorSaver, *args: Any, **kwargs: Any) -> Any:
+            async for item in self.inner.alist(*args, **kwargs):
+                yield item
+
+        forward: Callable[..., Any] = forward_items
+    elif name.startswith("a"):
+
+        async def forward_awaited(self: MemstoreMirrorSaver, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.inner, name)(*args, **kwargs)
+
+        forward = forward_awaited
+    else:
+
+        def forward_call(self: MemstoreMirrorSaver, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self.inner, name)(*args, **kwargs)
+
+        forward = forward_call
+    base = getattr(BaseCheckpointSaver, name, None)
+    if base is not None:
+        forward = functools.wraps(base)(forward)
+    forward.__name__ = name
+    forward.__qualname__ = f"MemstoreMirrorSaver.{name}"
+    return forward
 
 
 def config_keys(config: RunnableConfig) -> tuple[str | int, str | None]:
@@ -129,23 +164,31 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         app_id, user_id = self.keys(config)
         return normalize_app_id(app_id, what="thread_id"), normalize_user_id(user_id)
 
-    def _mirror(
-        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
-    ) -> None:
+    def _put_steps(
+        self,
+        put: Callable[..., Any],
+        mirror_messages: Callable[..., Any],
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Steps[RunnableConfig]:
+        """The inner saver's ``put`` (or ``aput``), then the new messages into memstore
+        (``mirror_messages``: :func:`mirror` or :func:`amirror`)."""
+        saved: RunnableConfig = yield partial(put, config, checkpoint, metadata, new_versions)
         messages = self._messages(config, checkpoint, new_versions)
-        if messages is None:
-            return
-        app_id, user_id = self._app(config)
-        mirror(self._access, self._ledger, app_id, user_id, messages)
+        if messages is not None:
+            app_id, user_id = self._app(config)
+            yield partial(mirror_messages, self._access, self._ledger, app_id, user_id, messages)
+        return saved
 
-    async def _amirror(
-        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
-    ) -> None:
-        messages = self._messages(config, checkpoint, new_versions)
-        if messages is None:
-            return
-        app_id, user_id = self._app(config)
-        await amirror(self._access, self._ledger, app_id, user_id, messages)
+    def _delete_steps(
+        self, delete: Callable[[str], Any], purge: Callable[[str], Any], thread_id: str
+    ) -> Steps[None]:
+        """Delete the thread in the inner saver, then purge its app (see :meth:`_forget`)."""
+        app_id = self._forget(thread_id)
+        yield partial(delete, thread_id)
+        yield partial(purge, app_id)
 
     def _forget(self, thread_id: str) -> str:
         """The app of ``thread_id`` (see ``thread_app``), forgotten by the mirror."""
@@ -165,20 +208,25 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
                 f"alone ({type(error).__name__}); pass thread_app= to MemstoreMirrorSaver"
             ) from None
 
-    # -- sync ------------------------------------------------------------------------------------
+    # -- the inner saver's methods, sync and async ----------------------------------------------
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.inner.get_tuple(config)
+    get_tuple = _forwarded("get_tuple")
+    aget_tuple = _forwarded("aget_tuple")
+    list = _forwarded("list")
+    alist = _forwarded("alist")
+    put_writes = _forwarded("put_writes")
+    aput_writes = _forwarded("aput_writes")
+    delete_for_runs = _forwarded("delete_for_runs")
+    adelete_for_runs = _forwarded("adelete_for_runs")
+    copy_thread = _forwarded("copy_thread")
+    acopy_thread = _forwarded("acopy_thread")
+    prune = _forwarded("prune")
+    aprune = _forwarded("aprune")
+    get_delta_channel_history = _forwarded("get_delta_channel_history")
+    aget_delta_channel_history = _forwarded("aget_delta_channel_history")
+    get_next_version = _forwarded("get_next_version")
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        return self.inner.list(config, filter=filter, before=before, limit=limit)
+    # -- mirrored --------------------------------------------------------------------------------
 
     def put(
         self,
@@ -188,42 +236,31 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """The inner saver's ``put``, then the new messages into memstore."""
-        saved = self.inner.put(config, checkpoint, metadata, new_versions)
-        self._mirror(config, checkpoint, new_versions)
-        return saved
+        steps = self._put_steps(self.inner.put, mirror, config, checkpoint, metadata, new_versions)
+        return drive(steps, call)
 
-    def put_writes(
+    async def aput(
         self,
         config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.inner.put_writes(config, writes, task_id, task_path)
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """The inner saver's ``aput``, then the new messages into memstore."""
+        steps = self._put_steps(
+            self.inner.aput, amirror, config, checkpoint, metadata, new_versions
+        )
+        return await adrive(steps, acall)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's checkpoints (inner saver) and purge its app in memstore (named
         by ``thread_app``; when it cannot be named, nothing is deleted)."""
-        app_id = self._forget(thread_id)
-        self.inner.delete_thread(thread_id)
-        self._access.purge(app_id)
+        drive(self._delete_steps(self.inner.delete_thread, self._access.purge, thread_id), call)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self.inner.delete_for_runs(run_ids)
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self.inner.copy_thread(source_thread_id, target_thread_id)
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self.inner.prune(thread_ids, strategy=strategy)
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, Any]:
-        return self.inner.get_delta_channel_history(config=config, channels=channels)
-
-    def get_next_version(self, current: Any, channel: None) -> Any:
-        return self.inner.get_next_version(current, channel)
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread` as a coroutine."""
+        steps = self._delete_steps(self.inner.adelete_thread, self._access.apurge, thread_id)
+        await adrive(steps, acall)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> MemstoreMirrorSaver:
         inner = self.inner.with_allowlist(extra_allowlist)
@@ -234,60 +271,3 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         )
         clone._ledger = self._ledger  # one memory of what is stored
         return clone
-
-    # -- async -----------------------------------------------------------------------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self.inner.aget_tuple(config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """The inner saver's ``aput``, then the new messages into memstore."""
-        saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
-        await self._amirror(config, checkpoint, new_versions)
-        return saved
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await self.inner.aput_writes(config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`delete_thread` as a coroutine."""
-        app_id = self._forget(thread_id)
-        await self.inner.adelete_thread(thread_id)
-        await self._access.apurge(app_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self.inner.adelete_for_runs(run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self.inner.acopy_thread(source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self.inner.aprune(thread_ids, strategy=strategy)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, Any]:
-        return await self.inner.aget_delta_channel_history(config=config, channels=channels)

@@ -104,7 +104,8 @@ try:
 except ImportError as error:
     raise missing_extra(__name__, "openai-agents", error) from error
 
-from memstore.adapters._history import OPAQUE_MARK, Store, StoreAccess, opaque
+from memstore.adapters._batch import OPAQUE_MARK, opaque
+from memstore.adapters._history import Store, StoreAccess
 from memstore.core.inputs import (
     MAX_ROW_ID,
     MAX_WINDOW_MESSAGES,

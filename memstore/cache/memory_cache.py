@@ -12,14 +12,16 @@ the write (``before``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from memstore.cache.base import CachedWindow, WindowPolicy
+from memstore.cache.base import CachedWindow, WindowCacheOf, WindowPolicy
 from memstore.core.window import (
     KIND_REQUEST,
     KIND_RESULT,
@@ -30,6 +32,9 @@ from memstore.core.window import (
     summary_prefix,
     tail_group_missing,
 )
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(slots=True)
@@ -86,7 +91,7 @@ class InProcessWindowCache:
         expected_version: str,
         generation: int | None = None,
     ) -> bool:
-        """See :meth:`WindowCache.store`; ``generation`` is the app's SQL generation read
+        """See :meth:`WindowCacheOf.store`; ``generation`` is the app's SQL generation read
         before the window's rows were."""
         with self._lock:
             if str(self._versions.get(app_id, 0)) != expected_version or not entries:
@@ -110,7 +115,7 @@ class InProcessWindowCache:
         before: int | None = None,
         after: int | None = None,
     ) -> None:
-        """See :meth:`WindowCache.append`. With ``before``/``after`` (the app's SQL generation
+        """See :meth:`WindowCacheOf.append`. With ``before``/``after`` (the app's SQL generation
         just before and after the write), a window not at ``before`` missed a write of another
         process and is dropped instead of extended."""
         with self._lock:
@@ -174,41 +179,28 @@ class InProcessWindowCache:
             self._slots.clear()
 
 
+def _always(
+    result: T, method: Callable[Concatenate[Any, P], object]
+) -> Callable[Concatenate[NoWindowCache, P], T]:
+    """A method with the signature of ``method`` that does nothing and returns ``result``."""
+
+    def form(self: NoWindowCache, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return result
+
+    return functools.wraps(method)(form)
+
+
 class NoWindowCache:
     """Keeps no window: every read rebuilds from SQL and nothing is stored.
 
     For short-lived processes (the CLI without Redis), where an in-process window would die
     with the process anyway and ``reload --all`` would otherwise hold every app's window.
+    Each method is the :class:`~memstore.cache.base.WindowCacheOf` one, answering a constant.
     """
 
-    def read(self, app_id: str) -> CachedWindow:
-        return CachedWindow(None, "")
-
-    def store(
-        self,
-        app_id: str,
-        entries: Sequence[WindowEntry],
-        synthetic_call_ids: Sequence[str],
-        expected_version: str,
-        generation: int | None = None,
-    ) -> bool:
-        return False
-
-    def append(
-        self,
-        app_id: str,
-        entries: Sequence[WindowEntry],
-        *,
-        before: int | None = None,
-        after: int | None = None,
-    ) -> None:
-        return None
-
-    def invalidate(self, app_id: str) -> None:
-        return None
-
-    def purge(self, app_id: str) -> int:
-        return 0
-
-    def close(self) -> None:
-        return None
+    read = _always(CachedWindow(None, ""), WindowCacheOf.read)
+    store = _always(False, WindowCacheOf.store)
+    append = _always(None, WindowCacheOf.append)
+    invalidate = _always(None, WindowCacheOf.invalidate)
+    purge = _always(0, WindowCacheOf.purge)
+    close = _always(None, WindowCacheOf.close)

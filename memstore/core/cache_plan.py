@@ -1,7 +1,9 @@
 """The Redis window cache's decisions, shared by the sync and async shells (no I/O).
 
 The shells (:class:`memstore.cache.redis_window.RedisWindowCache` and
-:class:`memstore.cache.aio.AsyncRedisWindowCache`) only run what this module plans:
+:class:`memstore.cache.aio.AsyncRedisWindowCache`, whose operations are written once as
+sans-I/O steps in :class:`memstore.cache.redis_shell.RedisShell`) only run what this module
+plans:
 
 * **what to send** — every operation is one Lua script over the app's keys
   (:func:`read_call`, :func:`append_call`, :func:`store_call`, :func:`invalidate_call`,
@@ -28,8 +30,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from memstore.cache import keys
-from memstore.cache.base import (
+from memstore.core import cache_keys as keys
+from memstore.core.cache_entries import (
     CachedWindow,
     WindowMemo,
     WindowPolicy,

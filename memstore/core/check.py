@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from memstore.core import validate
 from memstore.core.metadata import freeze_metadata
 from memstore.core.reasoning import REASONING_LOST_KEY
 from memstore.core.window import StoredMessage, interrupted_result
 from memstore.messages import AiMessage, ToolResult, UserMessage
 
-ORPHAN_RESULT = "orphan_result"
-UNANSWERED_REQUEST = "unanswered_request"
-DUPLICATE_CALL_ID = "duplicate_call_id"
-ARGUMENTS_NOT_OBJECT = "arguments_not_object"
+# The codes both checks report are the same codes.
+ORPHAN_RESULT = validate.ORPHAN_RESULT
+UNANSWERED_REQUEST = validate.UNANSWERED_REQUEST
+DUPLICATE_CALL_ID = validate.DUPLICATE_CALL_ID
+ARGUMENTS_NOT_OBJECT = validate.ARGUMENTS_NOT_OBJECT
 CONSECUTIVE_USER = "consecutive_user_messages"
 REASONING_LOST = "reasoning_lost"
 

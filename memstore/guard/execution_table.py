@@ -14,23 +14,13 @@ from memstore.core.crypto import RowCipher
 from memstore.core.export import open_result, seal_result
 from memstore.guard.executions import Execution
 from memstore.sql.engine import translated_errors
+from memstore.sql.queries import model_from_row
 from memstore.sql.schema import tool_executions
 
 
 def _execution(row: Any, cipher: RowCipher) -> Execution:
-    return Execution(
-        app_id=row.app_id,
-        idempotency_key=row.idempotency_key,
-        tool_name=row.tool_name,
-        arguments_digest=row.arguments_digest,
-        state=row.state,
-        attempts=row.attempts,
-        tool_call_id=row.tool_call_id,
-        user_id=row.user_id,
-        result=open_result(cipher, row.app_id, row.idempotency_key, row.result),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    result = open_result(cipher, row.app_id, row.idempotency_key, row.result)
+    return model_from_row(Execution, row, result=result)
 
 
 def _key_clause(app_id: Any, key: Any) -> sa.ColumnElement[bool]:

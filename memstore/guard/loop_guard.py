@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
 from memstore.core.fingerprint import (
-    BLOCKING_STATUSES,
     NoProgressDecision,
     arguments_digest,
     decide_from_newest_rows,
-    result_digest,
 )
 from memstore.core.fingerprint import idempotency_key as derived_idempotency_key
 from memstore.core.inputs import (
@@ -32,6 +27,7 @@ from memstore.core.inputs import (
 from memstore.core.steps import adrive, drive
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.guard.budgets import Budgets, Turn
+from memstore.guard.decision_log import log_decision, log_execution, logger
 from memstore.guard.execution_table import _ExecutionTable
 from memstore.guard.executions import (
     Execution,
@@ -39,7 +35,7 @@ from memstore.guard.executions import (
     ExecutionStateError,
     execution_verdict,
 )
-from memstore.guard.guarded_call import GuardedCall, ToolFailed, _not_run, _result_text
+from memstore.guard.guarded_call import GuardedCall, _Call, _execution_steps, _Step
 from memstore.guard.inputs import _arguments_text, _checked_name, _checked_text
 from memstore.guard.verdicts import Allow, AlreadySucceeded, BlockedNoProgress, Verdict
 from memstore.sql.engine import translated_errors
@@ -54,15 +50,9 @@ from memstore.sql.schema import (
 if TYPE_CHECKING:
     from memstore.store import MemoryStore
 
-# The package's logger name (documented in the README), not this module's __name__.
-logger = logging.getLogger("memstore.guard")
 
 DEFAULT_HISTORY_ROWS = 64
 """Rows of the original history one check reads (at least ``4 * (max_identical_repeats + 1)``)."""
-
-
-def _redacted(text: str) -> str:
-    return f"<{len(text)} chars sha256:{result_digest(text)[:12]}>"
 
 
 def _now() -> datetime:
@@ -90,57 +80,6 @@ def _in_thread(
     in_thread.__doc__ = f":meth:`{method.__name__}` for asyncio code, in a worker thread."
     in_thread.__name__ = in_thread.__qualname__ = f"a{method.__name__}"
     return in_thread
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """The arguments of one :meth:`LoopGuard.execute`."""
-
-    app_id: str | int
-    tool_name: str
-    arguments: str | Mapping[str, Any]
-    turn: Turn | None
-    idempotency_key: str | None
-    call_id: str | None
-    user_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    """What :func:`_execution_steps` needs done next: check the call, start its key, run the
-    tool, or record the key failed, succeeded (``text``: the result) or unknown."""
-
-    kind: Literal["check", "start", "run", "fail", "succeed", "unknown"]
-    key: str | None = None
-    text: str | None = None
-
-
-def _execution_steps() -> Generator[_Step, Any, GuardedCall]:
-    """The decisions of :meth:`LoopGuard.execute` (sans-I/O: the sync and async runners do
-    the steps)."""
-    verdict = yield _Step("check")
-    if not isinstance(verdict, Allow):
-        return _not_run(verdict)
-    key = verdict.idempotency_key
-    if key is None:
-        text = _result_text((yield _Step("run")))
-        return GuardedCall(verdict, text, is_error=False, executed=True)
-    try:
-        yield _Step("start", key)
-    except ExecutionStateError as refused:
-        if refused.verdict is None:
-            raise
-        return _not_run(refused.verdict)
-    try:
-        text = _result_text((yield _Step("run")))
-    except ToolFailed as failure:
-        yield _Step("fail", key, failure.text)
-        return GuardedCall(verdict, failure.text, is_error=True, executed=True)
-    except BaseException:
-        yield _Step("unknown", key)
-        raise
-    yield _Step("succeed", key, text)
-    return GuardedCall(verdict, text, is_error=False, executed=True)
 
 
 class LoopGuard:
@@ -270,7 +209,7 @@ class LoopGuard:
         if turn is not None:
             blocked = turn._reserve(side_effect=side_effect)
             if blocked is not None:
-                self._log(app, name, arguments_text, blocked, turn, None)
+                self._log_decision(app, name, arguments_text, blocked, turn, None)
                 return blocked
         try:
             verdict, decision = self._decide(app, name, arguments_text, key, user)
@@ -281,7 +220,7 @@ class LoopGuard:
         if turn is not None and not isinstance(verdict, Allow):
             ran_nothing = not isinstance(verdict, AlreadySucceeded)
             turn._release(tool_call=ran_nothing, side_effect=side_effect)
-        self._log(app, name, arguments_text, verdict, turn, decision)
+        self._log_decision(app, name, arguments_text, verdict, turn, decision)
         return verdict
 
     def _decide(
@@ -413,7 +352,7 @@ class LoopGuard:
             )
             execution = self._executions.get(app, key)
             if started and execution is not None:
-                self._log_execution("start", execution)
+                log_execution("start", execution, debug=self.debug)
                 return execution
             if execution is not None:
                 refusal = execution_verdict(execution)
@@ -465,7 +404,7 @@ class LoopGuard:
                 f"(expected {' or '.join(from_states)})",
                 execution=execution,
             )
-        self._log_execution(state, execution)
+        log_execution(state, execution, debug=self.debug)
         return execution
 
     # -- check, then run -----------------------------------------------------------------------
@@ -549,6 +488,10 @@ class LoopGuard:
             return self.succeed(call.app_id, step.key, step.text or "")
         return self._unknown_after_error(call.app_id, step.key)
 
+    def _log_decision(self, *decided: Any) -> None:
+        """Log a check's decision (see :func:`~memstore.guard.decision_log.log_decision`)."""
+        log_decision(*decided, debug=self.debug, max_identical_repeats=self.max_identical_repeats)
+
     acheck = _in_thread(check)
     astart = _in_thread(start)
     asucceed = _in_thread(succeed)
@@ -566,60 +509,3 @@ class LoopGuard:
                 app_id,
                 exc_info=True,
             )
-
-    # -- logs --------------------------------------------------------------------------------
-
-    def _log(
-        self,
-        app: str,
-        name: str,
-        arguments: str,
-        verdict: Verdict,
-        turn: Turn | None,
-        decision: NoProgressDecision | None,
-    ) -> None:
-        blocking = verdict.status in BLOCKING_STATUSES
-        if not (blocking or self.debug):
-            return
-        shown = verdict.model_dump(mode="json")
-        if isinstance(verdict, AlreadySucceeded):
-            shown["result"] = _redacted(verdict.result)
-        parts = [
-            f"app_id={app!r}",
-            f"tool={name!r}",
-            f"arguments={_redacted(arguments)}",
-            f"verdict={json.dumps(shown, sort_keys=True)}",
-        ]
-        if self.debug and decision is not None:
-            digests = ",".join(digest[:12] for digest in decision.result_digests)
-            parts.append(
-                f"identical_in_a_row={decision.repeats}/{self.max_identical_repeats} "
-                f"result_digests=[{digests}] checkpoint_id={decision.checkpoint_id}"
-            )
-        if turn is not None:
-            usage = turn.usage
-            parts.append(
-                f"turn_usage=rounds:{usage.tool_rounds} calls:{usage.tool_calls} "
-                f"seconds:{usage.wall_clock_seconds:.3f} cost:{usage.cost:g} "
-                f"side_effects:{usage.side_effect_calls}"
-            )
-        logger.log(
-            logging.WARNING if blocking else logging.INFO,
-            "memstore guard decision %s",
-            " ".join(parts),
-        )
-
-    def _log_execution(self, event: str, execution: Execution) -> None:
-        if not self.debug:
-            return
-        result = "-" if execution.result is None else _redacted(execution.result)
-        logger.info(
-            "memstore guard execution %s app_id=%r key=%r tool=%r state=%s attempts=%d result=%s",
-            event,
-            execution.app_id,
-            execution.idempotency_key,
-            execution.tool_name,
-            execution.state,
-            execution.attempts,
-            result,
-        )

@@ -33,13 +33,19 @@ APP_PAGE = 500
 ROW_PAGE = 2000
 
 
+def app_ids_page(after: str | None, page: int) -> sa.Select[Any]:
+    """One keyset page of the app ids with rows in the original history, in byte order."""
+    query = sa.select(original.c.app_id).distinct().order_by(original.c.app_id).limit(page)
+    if after is not None:
+        query = query.where(original.c.app_id > after)
+    return query
+
+
 def iter_app_ids(engine: Engine, page: int = APP_PAGE) -> Iterator[str]:
     """Every app id with rows in the original history, in byte order, page by page."""
     after: str | None = None
     while True:
-        query = sa.select(original.c.app_id).distinct().order_by(original.c.app_id).limit(page)
-        if after is not None:
-            query = query.where(original.c.app_id > after)
+        query = app_ids_page(after, page)
         with translated_errors("listing apps"), engine.connect() as conn:
             batch = list(conn.execute(query).scalars())
         yield from batch

@@ -1,4 +1,5 @@
-"""The asyncio twin of :mod:`memstore.sql.repository`: same statements, awaited.
+"""The asyncio form of :mod:`memstore.sql.repository`: the same statement steps
+(:mod:`memstore.sql.runners`), awaited.
 
 URLs are mapped to an asyncio driver: ``sqlite`` -> aiosqlite, ``postgresql`` -> psycopg 3
 (async mode), ``mysql``/``mariadb`` -> asyncmy. An explicit async driver
@@ -36,14 +37,14 @@ except ImportError as error:
     raise missing_extra("AsyncMemoryStore", "async", error) from error
 
 from memstore.core.crypto import RowCipher
-from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
-from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
+from memstore.core.plans import IdIssuer, WritePlan
 from memstore.core.row_memo import NO_MEMO, RowMemo
 from memstore.core.rows import FetchedRows
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
 from memstore.sql.direct import (
+    DirectArgs,
     aiosqlite_write,
     arun_direct_retrying,
     direct_statements,
@@ -71,21 +72,14 @@ from memstore.sql.fastread import (
 from memstore.sql.generation import GenerationStep
 from memstore.sql.inline_read import InlineSqliteReads
 from memstore.sql.queries import (
-    NEWEST_IDS,
-    REQUEST_SCAN_PAGE,
     ChainCheck,
-    adapter_record_deletes,
     display_entry,
     history_query,
-    latest_summary_query,
-    purge_statements,
-    request_scan_query,
-    requested_ids_in,
     window_rows_statement,
     written_ids,
 )
-from memstore.sql.repository import was_committed
-from memstore.sql.schema import display, original
+from memstore.sql.repository import insert_steps, purge_steps, was_committed
+from memstore.sql.runners import arun_connected, arun_steps
 
 _ASYNC_DRIVERS = {
     "sqlite": "aiosqlite",
@@ -332,39 +326,15 @@ class AsyncSqlHistory:
             return [], None
         direct = direct_statements(self.engine.sync_engine) if self._direct else None
         if direct is not None:
+            args = DirectArgs(direct, app_id, plan, issue_ids, self.cipher, chain, reads_first)
             with translated_errors("writing history"):
                 if self.engine.dialect.driver == "aiosqlite":
-                    return await aiosqlite_write(
-                        self.engine,
-                        direct,
-                        app_id,
-                        plan,
-                        issue_ids,
-                        self.cipher,
-                        chain,
-                        reads_first,
-                    )
-                return await arun_direct_retrying(
-                    self.engine, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
-                )
+                    return await aiosqlite_write(self.engine, args)
+                return await arun_direct_retrying(self.engine, args)
 
         async def work(conn: AsyncConnection) -> tuple[list[int], GenerationStep | None]:
-            step = await generation.abump(conn, app_id)
-            if chain is not None:
-                chain.check((await conn.execute(latest_summary_query(app_id))).scalar())
-            newest = (await conn.execute(NEWEST_IDS, {"app_id": app_id})).one()
-            ids = issue_ids(plan.id_count, newest_of(*newest))
-            missing = await self._unrequested(
-                conn, app_id, plan.unresolved_call_ids, below=ids[0], cipher=self.cipher
-            )
-            if missing:
-                raise unknown_call_error(app_id, missing)
-            original_rows, display_rows = rows_with_ids(plan, ids, self.cipher)
-            if original_rows:
-                await conn.execute(original.insert(), original_rows)
-            if display_rows:
-                await conn.execute(display.insert(), display_rows)
-            return ids[: len(original_rows)], step
+            steps = insert_steps(conn.dialect, app_id, plan, issue_ids, self.cipher, chain)
+            return await arun_steps(conn, steps)
 
         with translated_errors("writing history"):
             return await awrite_retrying(self.engine, work, written_ids)
@@ -385,21 +355,6 @@ class AsyncSqlHistory:
                 self.engine, lambda conn: generation.aread(conn, app_id), **self._read_options
             )
 
-    @staticmethod
-    async def _unrequested(
-        conn: AsyncConnection, app_id: str, call_ids: set[str], below: int, cipher: RowCipher
-    ) -> set[str]:
-        missing = set(call_ids)
-        before = below
-        while missing:
-            page = (await conn.execute(request_scan_query(app_id, before))).all()
-            for row in page:
-                missing.difference_update(requested_ids_in(row.payload, app_id, row.id, cipher))
-            if len(page) < REQUEST_SCAN_PAGE:
-                break
-            before = page[-1].id
-        return missing
-
     async def history(self, app_id: str, limit: int, before_id: int | None) -> list[DisplayEntry]:
         with translated_errors("reading display history"):
             async with self.engine.connect() as conn:
@@ -407,13 +362,7 @@ class AsyncSqlHistory:
                 return [display_entry(row, self.cipher) for row in result.all()]
 
     async def purge(self, app_id: str) -> tuple[int, int, int]:
+        """See :meth:`memstore.sql.repository.SqlHistory.purge`."""
         with translated_errors("purging history"):
-            async with self.engine.begin() as conn:
-                await generation.abump(conn, app_id)  # first: waits for the app's writers
-                counts = [
-                    (await conn.execute(statement)).rowcount
-                    for statement in purge_statements(app_id)
-                ]
-                for statement in adapter_record_deletes(app_id):
-                    await conn.execute(statement)
-                return counts[0], counts[1], counts[2]
+            steps = purge_steps(self.engine.dialect, app_id)
+            return await arun_connected(self.engine, steps, begin=True)

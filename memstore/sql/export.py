@@ -3,12 +3,12 @@ the import decision live in :mod:`memstore.core.export`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Dialect, Engine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.export import (
@@ -25,9 +25,11 @@ from memstore.reports import ImportCounts, ImportReport
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.queries import in_app
+from memstore.sql.runners import Steps, run_connected
 from memstore.sql.schema import display, original, tool_executions
 from memstore.sql.user_data import (
     execution_position,
+    executions_by_key,
     unowned_executions_of,
     user_executions_page,
 )
@@ -70,12 +72,7 @@ def user_page(table: sa.Table, user_id: str, after: int) -> sa.Select[Any]:
 
 
 def executions_page(app_id: str, after: str | None) -> sa.Select[Any]:
-    query = (
-        sa.select(tool_executions)
-        .where(tool_executions.c.app_id == app_id)
-        .order_by(tool_executions.c.app_id, tool_executions.c.idempotency_key)
-        .limit(EXPORT_PAGE)
-    )
+    query = executions_by_key(tool_executions.c.app_id == app_id, EXPORT_PAGE)
     if after is not None:
         query = query.where(tool_executions.c.idempotency_key > after)
     return query
@@ -142,26 +139,65 @@ def import_report(records: int, counts: Mapping[str, AppCounts]) -> ImportReport
     return ImportReport(records=records, apps=apps, total=ImportCounts(**total))
 
 
-class SqlExport:
-    """Export pages and import batches on one synchronous engine."""
+def import_steps(
+    dialect: Dialect, cipher: RowCipher, batch: Sequence[ImportRow], counts: dict[str, AppCounts]
+) -> Steps[set[str]]:
+    """Insert the batch's new rows (statement steps, run in one transaction); the apps whose
+    original history got rows."""
+    existing: dict[str, dict[Any, str]] = {}
+    for name, query in existing_queries(batch).items():
+        existing[name] = existing_from(name, (yield query, None).all())
+    inserts = seal_inserts(cipher, plan_import(batch, existing, counts))
+    for app_id in changed_apps(inserts):
+        # in-process windows of other processes see it
+        yield from generation.bump_steps(dialect, app_id)
+    for name, rows in inserts.items():
+        if rows:
+            yield INSERT_TABLES[name].insert(), rows
+    return {row["app_id"] for row in inserts[ORIGINAL]}
 
-    def __init__(self, engine: Engine, cipher: RowCipher) -> None:
+
+def unowned_queries(app_id: str, user_id: str, call_ids: Sequence[str]) -> Iterator[sa.Select[Any]]:
+    """The lookups of :func:`~memstore.sql.user_data.unowned_executions_of`, a page of call
+    ids each."""
+    for start in range(0, len(call_ids), EXPORT_PAGE):
+        yield unowned_executions_of(app_id, user_id, list(call_ids[start : start + EXPORT_PAGE]))
+
+
+Pages = TypeVar("Pages", Iterator[Any], AsyncIterator[Any])
+
+
+class ExportPages(Generic[Pages]):
+    """Which keyset pages an export reads, on one engine; :meth:`pages` reads them
+    (:class:`SqlExport`, and :class:`~memstore.sql.aio_lifecycle.AsyncSqlExport`)."""
+
+    def __init__(self, engine: Any, cipher: RowCipher) -> None:
         self.engine = engine
         self.cipher = cipher
 
-    def app_rows(self, table: sa.Table, app_id: str) -> Iterator[Any]:
+    def pages(self, make: Callable[[Any], sa.Select[Any]], start: Any, position: Position) -> Pages:
+        """Rows of ``make(after)`` page by page, a short connection per page."""
+        raise NotImplementedError
+
+    def app_rows(self, table: sa.Table, app_id: str) -> Pages:
         return self.pages(partial(app_page, table, app_id), -1, row_position)
 
-    def user_rows(self, table: sa.Table, user_id: str) -> Iterator[Any]:
+    def user_rows(self, table: sa.Table, user_id: str) -> Pages:
         return self.pages(partial(user_page, table, user_id), -1, row_position)
 
-    def app_executions(self, app_id: str) -> Iterator[Any]:
+    def app_executions(self, app_id: str) -> Pages:
         return self.pages(partial(executions_page, app_id), None, key_position)
 
-    def user_executions(self, user_id: str) -> Iterator[Any]:
+    def user_executions(self, user_id: str) -> Pages:
         """The loop-guard records carrying ``user_id``, page by page."""
         page = partial(user_executions_page, user_id, EXPORT_PAGE)
         return self.pages(page, None, execution_position)
+
+
+class SqlExport(ExportPages[Iterator[Any]]):
+    """Export pages and import batches on one synchronous engine."""
+
+    engine: Engine
 
     def pages(
         self, make: Callable[[Any], sa.Select[Any]], start: Any, position: Position
@@ -180,29 +216,13 @@ class SqlExport:
         self, app_id: str, user_id: str, call_ids: Sequence[str]
     ) -> Iterator[Any]:
         """The app's records with no user id that only ``user_id``'s calls name."""
-        for start in range(0, len(call_ids), EXPORT_PAGE):
-            chunk = list(call_ids[start : start + EXPORT_PAGE])
-            query = unowned_executions_of(app_id, user_id, chunk)
+        for query in unowned_queries(app_id, user_id, call_ids):
             with translated_errors("exporting history"), self.engine.connect() as conn:
                 yield from list(conn.execute(query).mappings())
 
     def import_batch(self, batch: Sequence[ImportRow], counts: dict[str, AppCounts]) -> set[str]:
         """Insert the batch's new rows in one transaction; return the apps whose original
         history got rows."""
-        with translated_errors("importing records"), self.engine.begin() as conn:
-            inserts = seal_inserts(
-                self.cipher, plan_import(batch, self._existing(conn, batch), counts)
-            )
-            for app_id in changed_apps(inserts):
-                generation.bump(conn, app_id)  # in-process windows of other processes see it
-            for name, rows in inserts.items():
-                if rows:
-                    conn.execute(INSERT_TABLES[name].insert(), rows)
-        return {row["app_id"] for row in inserts[ORIGINAL]}
-
-    @staticmethod
-    def _existing(conn: Connection, batch: Sequence[ImportRow]) -> dict[str, dict[Any, str]]:
-        return {
-            name: existing_from(name, conn.execute(query).all())
-            for name, query in existing_queries(batch).items()
-        }
+        steps = import_steps(self.engine.dialect, self.cipher, batch, counts)
+        with translated_errors("importing records"):
+            return run_connected(self.engine, steps, begin=True)

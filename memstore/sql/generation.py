@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 
+from memstore.sql.runners import Steps, arun_steps, run_steps
 from memstore.sql.schema import app_generation
 
 if TYPE_CHECKING:
@@ -66,26 +67,26 @@ def _prepared_bump(dialect: Dialect) -> tuple[Any, bool]:
     return cached
 
 
+def bump_steps(dialect: Dialect, app_id: str) -> Steps[GenerationStep]:
+    """Raise the app's generation in the caller's transaction (statement steps:
+    :mod:`memstore.sql.runners`)."""
+    statement, returning = _prepared_bump(dialect)
+    bumped = yield statement, {"gen_app": app_id}
+    if returning:
+        after = int(bumped.scalar_one())
+    else:
+        after = int((yield generation_query(app_id), None).scalar_one())
+    return GenerationStep(after - 1, after)
+
+
 def bump(conn: Connection, app_id: str) -> GenerationStep:
     """Raise the app's generation in the caller's transaction."""
-    statement, returning = _prepared_bump(conn.dialect)
-    if returning:
-        after = int(conn.execute(statement, {"gen_app": app_id}).scalar_one())
-    else:
-        conn.execute(statement, {"gen_app": app_id})
-        after = int(conn.execute(generation_query(app_id)).scalar_one())
-    return GenerationStep(after - 1, after)
+    return run_steps(conn, bump_steps(conn.dialect, app_id))
 
 
 async def abump(conn: AsyncConnection, app_id: str) -> GenerationStep:
     """:func:`bump` on an async connection."""
-    statement, returning = _prepared_bump(conn.dialect)
-    if returning:
-        after = int((await conn.execute(statement, {"gen_app": app_id})).scalar_one())
-    else:
-        await conn.execute(statement, {"gen_app": app_id})
-        after = int((await conn.execute(generation_query(app_id))).scalar_one())
-    return GenerationStep(after - 1, after)
+    return await arun_steps(conn, bump_steps(conn.dialect, app_id))
 
 
 def read(conn: Connection, app_id: str) -> int:

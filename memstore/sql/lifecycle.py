@@ -9,13 +9,13 @@ prune runs are never touched.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Dialect, Engine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.retention import PruneBatch, PrunePlan, PruneRow, RetentionRule, plan_prune
@@ -25,6 +25,7 @@ from memstore.reports import PruneReport
 from memstore.sql import generation
 from memstore.sql.engine import translated_errors
 from memstore.sql.queries import in_app, requested_ids_in
+from memstore.sql.runners import Steps, Unit, run_connected, run_in_transactions
 from memstore.sql.schema import display, original, tool_executions
 
 PRUNE_PAGE = 2000
@@ -220,6 +221,82 @@ def prune_is_empty(report: PruneReport) -> bool:
     return not (report.original_rows or report.display_rows or report.tool_executions)
 
 
+def snapshot_steps(app_id: str, cipher: RowCipher) -> Steps[Snapshot]:
+    """What the app holds now, page by page (statement steps: :mod:`memstore.sql.runners`)."""
+    newest_original, newest_display = (yield snapshot_query(app_id), None).one()
+    rows: list[PruneRow] = []
+    after = -1
+    while newest_original is not None:
+        query = prune_rows_query(app_id, after, newest_original, PRUNE_PAGE)
+        page = (yield query, None).all()
+        rows.extend(prune_row(row, app_id, cipher) for row in page)
+        if len(page) < PRUNE_PAGE:
+            break
+        after = page[-1].id
+    return Snapshot(rows, newest_display)
+
+
+def count_steps(
+    plan: PrunePlan, scope: DisplayScope | None, guard_cutoff: datetime | None, app_id: str
+) -> Steps[PruneCounts]:
+    """What :func:`apply_units` would remove (a dry run), as statement steps."""
+    displays = guards = 0
+    if scope is not None:
+        displays = int((yield scope.count(), None).scalar() or 0)
+    if guard_cutoff is not None:
+        guards = int((yield guard_count(app_id, guard_cutoff), None).scalar() or 0)
+    return PruneCounts(plan.drop, displays, guards)
+
+
+def _batch_steps(
+    dialect: Dialect, app_id: str, batch: PruneBatch, after: int | None
+) -> Steps[None]:
+    yield from generation.bump_steps(dialect, app_id)  # waits for the app's writers; caches see it
+    yield original_batch_delete(app_id, batch, after), None
+
+
+def _display_page_steps(scope: DisplayScope, after: int) -> Steps[tuple[int | None, int]]:
+    """One page of display rows deleted: its last id (``None``: none left) and the count."""
+    ids = list((yield scope.page_query(after), None).scalars())
+    if not ids:
+        return None, 0
+    return ids[-1], (yield scope.delete(ids[0], ids[-1]), None).rowcount
+
+
+def _guard_page_steps(app_id: str, cutoff: datetime) -> Steps[int | None]:
+    """One page of loop-guard records deleted: the count (``None``: none left)."""
+    keys = list((yield guard_page_query(app_id, cutoff), None).scalars())
+    if not keys:
+        return None
+    return int((yield guard_delete(app_id, cutoff, keys), None).rowcount)
+
+
+def apply_units(
+    dialect: Dialect,
+    app_id: str,
+    plan: PrunePlan,
+    scope: DisplayScope | None,
+    guard_cutoff: datetime | None,
+) -> Generator[Unit, Any, PruneCounts]:
+    """The plan's deletes, oldest first, one short transaction per batch (each yielded
+    unit: :func:`memstore.sql.runners.run_in_transactions`)."""
+    originals = displays = guards = 0
+    after: int | None = None
+    for batch in plan.batches:
+        yield _batch_steps(dialect, app_id, batch, after)
+        originals += batch.rows
+        after = batch.last_id
+    if scope is not None:
+        last: int | None = -1
+        while last is not None:
+            last, deleted = yield _display_page_steps(scope, last)
+            displays += deleted
+    if guard_cutoff is not None:
+        while (deleted := (yield _guard_page_steps(app_id, guard_cutoff))) is not None:
+            guards += deleted
+    return PruneCounts(originals, displays, guards)
+
+
 class SqlRetention:
     """Prune statements on one synchronous engine."""
 
@@ -228,19 +305,8 @@ class SqlRetention:
         self.cipher = cipher
 
     def snapshot(self, app_id: str) -> Snapshot:
-        with translated_errors("reading history for a prune"), self.engine.connect() as conn:
-            newest_original, newest_display = conn.execute(snapshot_query(app_id)).one()
-            rows: list[PruneRow] = []
-            after = -1
-            while newest_original is not None:
-                page = conn.execute(
-                    prune_rows_query(app_id, after, newest_original, PRUNE_PAGE)
-                ).all()
-                rows.extend(prune_row(row, app_id, self.cipher) for row in page)
-                if len(page) < PRUNE_PAGE:
-                    break
-                after = page[-1].id
-        return Snapshot(rows, newest_display)
+        with translated_errors("reading history for a prune"):
+            return run_connected(self.engine, snapshot_steps(app_id, self.cipher))
 
     def count(
         self,
@@ -250,14 +316,8 @@ class SqlRetention:
         app_id: str,
     ) -> PruneCounts:
         """What :meth:`apply` would remove (a dry run)."""
-        with translated_errors("counting rows to prune"), self.engine.connect() as conn:
-            displays = 0 if scope is None else int(conn.execute(scope.count()).scalar() or 0)
-            guards = (
-                0
-                if guard_cutoff is None
-                else int(conn.execute(guard_count(app_id, guard_cutoff)).scalar() or 0)
-            )
-        return PruneCounts(plan.drop, displays, guards)
+        with translated_errors("counting rows to prune"):
+            return run_connected(self.engine, count_steps(plan, scope, guard_cutoff, app_id))
 
     def apply(
         self,
@@ -267,29 +327,6 @@ class SqlRetention:
         guard_cutoff: datetime | None,
     ) -> PruneCounts:
         """Run the plan's deletes, one short transaction per batch, oldest first."""
-        originals = displays = guards = 0
+        units = apply_units(self.engine.dialect, app_id, plan, scope, guard_cutoff)
         with translated_errors("pruning history"):
-            after: int | None = None
-            for batch in plan.batches:
-                with self.engine.begin() as conn:
-                    generation.bump(conn, app_id)  # waits for the app's writers; caches see it
-                    conn.execute(original_batch_delete(app_id, batch, after))
-                originals += batch.rows
-                after = batch.last_id
-            if scope is not None:
-                last = -1
-                while True:
-                    with self.engine.begin() as conn:
-                        ids = list(conn.execute(scope.page_query(last)).scalars())
-                        if not ids:
-                            break
-                        displays += conn.execute(scope.delete(ids[0], ids[-1])).rowcount
-                    last = ids[-1]
-            if guard_cutoff is not None:
-                while True:
-                    with self.engine.begin() as conn:
-                        keys = list(conn.execute(guard_page_query(app_id, guard_cutoff)).scalars())
-                        if not keys:
-                            break
-                        guards += conn.execute(guard_delete(app_id, guard_cutoff, keys)).rowcount
-        return PruneCounts(originals, displays, guards)
+            return run_in_transactions(self.engine, units)

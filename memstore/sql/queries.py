@@ -9,9 +9,10 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from pydantic import BaseModel
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.visitors import InternalTraversal, _TraverseInternalsType
 
@@ -356,27 +357,31 @@ def _row_id(row: StoredMessage) -> int:
     return row.id
 
 
+def newest_id_subquery(table: sa.Table, app_id: str | sa.BindParameter[str]) -> Any:
+    """The app's newest id in ``table`` (deleted rows included) as a scalar subquery: one
+    index lookup."""
+    return (
+        sa.select(table.c.id)
+        .where(in_app(table, app_id))
+        .order_by(*newest_first(table))
+        .limit(ONE_ROW)
+        .scalar_subquery()
+    )
+
+
 def newest_id_query(app_id: str | sa.BindParameter[str]) -> sa.Select[Any]:
     """The app's newest id in each history (``None`` for an empty one), deleted rows
     included: one row, two index lookups."""
-
-    def newest(table: sa.Table) -> sa.ScalarSelect[Any]:
-        return (
-            sa.select(table.c.id)
-            .where(in_app(table, app_id))
-            .order_by(*newest_first(table))
-            .limit(ONE_ROW)
-            .scalar_subquery()
-        )
-
-    return sa.select(newest(original), newest(display))
+    return sa.select(newest_id_subquery(original, app_id), newest_id_subquery(display, app_id))
 
 
 NEWEST_IDS = newest_id_query(sa.bindparam("app_id", type_=sa.String))
 """:func:`newest_id_query` built once, the app id bound as ``:app_id``."""
 
 
-def request_scan_query(app_id: str, before_id: int | None) -> sa.Select[Any]:
+def request_scan_query(
+    app_id: str | sa.BindParameter[str], before_id: int | sa.BindParameter[int] | None
+) -> sa.Select[Any]:
     """One page of the app's tool-request rows below ``before_id``, newest first: a range of
     the ``(app_id, message_type, id)`` index (see :func:`of_type`)."""
     query = (
@@ -396,6 +401,19 @@ def requested_ids_in(payload: str, app_id: str, row_id: int, cipher: RowCipher) 
     return [call["id"] for call in data.get("tool_requests", [])]
 
 
+def missing_after_page(
+    missing: set[str], page: Sequence[Sequence[Any]], app_id: str, cipher: RowCipher
+) -> int | None:
+    """Strike the call ids ``page`` (a :func:`request_scan_query` page: ``(id, payload)``
+    rows, newest first) requests off ``missing``; the id to read the next page below, or
+    ``None`` when no page is left to read."""
+    for row_id, payload in page:
+        missing.difference_update(requested_ids_in(payload, app_id, row_id, cipher))
+    if missing and len(page) >= REQUEST_SCAN_PAGE:
+        return int(page[-1][0])
+    return None
+
+
 def history_query(app_id: str, limit: int, before_id: int | None) -> sa.Select[Any]:
     return (
         sa.select(display)
@@ -405,15 +423,19 @@ def history_query(app_id: str, limit: int, before_id: int | None) -> sa.Select[A
     )
 
 
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def model_from_row(model: type[Model], row: Any, **opened: Any) -> Model:
+    """``model`` with each field from ``row``'s column of that name, but those in ``opened``
+    (a sealed column's value, opened)."""
+    values = {name: getattr(row, name) for name in model.model_fields if name not in opened}
+    return model(**values, **opened)
+
+
 def display_entry(row: Any, cipher: RowCipher) -> DisplayEntry:
-    return DisplayEntry(
-        id=row.id,
-        app_id=row.app_id,
-        user_id=row.user_id,
-        role=row.role,
-        text=open_content(cipher, row.app_id, row.id, row.content),
-        status=row.status,
-        created_at=row.created_at,
+    return model_from_row(
+        DisplayEntry, row, text=open_content(cipher, row.app_id, row.id, row.content)
     )
 
 

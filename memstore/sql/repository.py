@@ -6,19 +6,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 
 from memstore.core.crypto import RowCipher
 from memstore.core.id_order import newest_of
 from memstore.core.loader import RowRequest
 from memstore.core.plans import IdIssuer, WritePlan, rows_with_ids, unknown_call_error
 from memstore.core.row_memo import NO_MEMO, RowMemo
-from memstore.core.rows import (
-    FetchedRows,
-)
+from memstore.core.rows import FetchedRows
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
-from memstore.sql.direct import direct_statements, run_direct
+from memstore.sql.direct import DirectArgs, direct_statements, run_direct
 from memstore.sql.engine import (
     dbapi_retrying,
     read_options,
@@ -36,22 +34,49 @@ from memstore.sql.fastread import (
 from memstore.sql.generation import GenerationStep
 from memstore.sql.queries import (
     NEWEST_IDS,
-    REQUEST_SCAN_PAGE,
     ChainCheck,
     adapter_record_deletes,
     display_entry,
     history_query,
     latest_summary_query,
+    missing_after_page,
     purge_statements,
     request_scan_query,
-    requested_ids_in,
     window_rows_statement,
     written_ids,
 )
-from memstore.sql.schema import (
-    display,
-    original,
-)
+from memstore.sql.runners import Steps, run_connected, run_steps
+from memstore.sql.schema import display, original
+
+
+def insert_steps(
+    dialect: Dialect,
+    app_id: str,
+    plan: WritePlan,
+    issue_ids: IdIssuer,
+    cipher: RowCipher,
+    chain: ChainCheck | None = None,
+) -> Steps[tuple[list[int], GenerationStep]]:
+    """:func:`insert_plan` as statement steps (:mod:`memstore.sql.runners`), run by both
+    histories."""
+    step = yield from generation.bump_steps(dialect, app_id)
+    if chain is not None:
+        chain.check((yield latest_summary_query(app_id), None).scalar())
+    newest = (yield NEWEST_IDS, {"app_id": app_id}).one()
+    ids = issue_ids(plan.id_count, newest_of(*newest))
+    missing = set(plan.unresolved_call_ids)
+    before = ids[0] if missing else None
+    while before is not None:  # every result id answers a request stored below the new ids
+        page = (yield request_scan_query(app_id, before), None).all()
+        before = missing_after_page(missing, page, app_id, cipher)
+    if missing:
+        raise unknown_call_error(app_id, missing)
+    original_rows, display_rows = rows_with_ids(plan, ids, cipher)
+    if original_rows:
+        yield original.insert(), original_rows
+    if display_rows:
+        yield display.insert(), display_rows
+    return ids[: len(original_rows)], step
 
 
 def insert_plan(
@@ -75,20 +100,7 @@ def insert_plan(
     With ``chain`` (a compaction's summary), the app's newest summary must still be the one
     the compaction chained from, else :class:`~memstore.errors.CompactionConflictError`.
     """
-    step = generation.bump(conn, app_id)
-    if chain is not None:
-        chain.check(conn.execute(latest_summary_query(app_id)).scalar())
-    newest = conn.execute(NEWEST_IDS, {"app_id": app_id}).one()
-    ids = issue_ids(plan.id_count, newest_of(*newest))
-    missing = _unrequested(conn, app_id, plan.unresolved_call_ids, below=ids[0], cipher=cipher)
-    if missing:
-        raise unknown_call_error(app_id, missing)
-    original_rows, display_rows = rows_with_ids(plan, ids, cipher)
-    if original_rows:
-        conn.execute(original.insert(), original_rows)
-    if display_rows:
-        conn.execute(display.insert(), display_rows)
-    return ids[: len(original_rows)], step
+    return run_steps(conn, insert_steps(conn.dialect, app_id, plan, issue_ids, cipher, chain))
 
 
 def was_committed(conn: Connection, app_id: str, first_id: int) -> bool:
@@ -103,19 +115,16 @@ def was_committed(conn: Connection, app_id: str, first_id: int) -> bool:
     return found.first() is not None
 
 
-def _unrequested(
-    conn: Connection, app_id: str, call_ids: set[str], below: int, cipher: RowCipher
-) -> set[str]:
-    missing = set(call_ids)
-    before = below
-    while missing:
-        page = conn.execute(request_scan_query(app_id, before)).all()
-        for row in page:
-            missing.difference_update(requested_ids_in(row.payload, app_id, row.id, cipher))
-        if len(page) < REQUEST_SCAN_PAGE:
-            break
-        before = page[-1].id
-    return missing
+def purge_steps(dialect: Dialect, app_id: str) -> Steps[tuple[int, int, int]]:
+    """Hard-delete the app's rows (statement steps); the counts per table (original,
+    display, tool executions)."""
+    yield from generation.bump_steps(dialect, app_id)  # first: waits for the app's writers
+    counts = []
+    for statement in purge_statements(app_id):
+        counts.append((yield statement, None).rowcount)
+    for statement in adapter_record_deletes(app_id):
+        yield statement, None
+    return counts[0], counts[1], counts[2]
 
 
 class SqlHistory:
@@ -176,13 +185,8 @@ class SqlHistory:
         direct = direct_statements(self.engine) if self._direct else None
         with translated_errors("writing history"):
             if direct is not None:
-                return write_retrying(
-                    self.engine,
-                    lambda conn: run_direct(
-                        conn, direct, app_id, plan, issue_ids, self.cipher, chain, reads_first
-                    ),
-                    written_ids,
-                )
+                args = DirectArgs(direct, app_id, plan, issue_ids, self.cipher, chain, reads_first)
+                return write_retrying(self.engine, lambda conn: run_direct(conn, args), written_ids)
             return write_retrying(
                 self.engine,
                 lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher, chain),
@@ -211,9 +215,5 @@ class SqlHistory:
     def purge(self, app_id: str) -> tuple[int, int, int]:
         """Hard-delete the app's rows in one transaction; return the counts per table
         (original, display, tool executions)."""
-        with translated_errors("purging history"), self.engine.begin() as conn:
-            generation.bump(conn, app_id)  # first: waits for the app's writers
-            a, b, c = (conn.execute(statement).rowcount for statement in purge_statements(app_id))
-            for statement in adapter_record_deletes(app_id):
-                conn.execute(statement)
-            return a, b, c
+        with translated_errors("purging history"):
+            return run_connected(self.engine, purge_steps(self.engine.dialect, app_id), begin=True)

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 NAMING_CONVENTION = {
@@ -66,9 +67,14 @@ def timestamp() -> TypeEngine[Any]:
     return sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
-original = sa.Table(
+def _table(name: str, *items: SchemaItem) -> sa.Table:
+    """A table of :data:`metadata`; on MySQL/MariaDB an InnoDB one (row locks, transactions)
+    in ``utf8mb4``."""
+    return sa.Table(name, metadata, *items, mysql_engine="InnoDB", mysql_charset="utf8mb4")
+
+
+original = _table(
     ORIGINAL_TABLE,
-    metadata,
     sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("app_id", ExactString(MAX_ID_CHARS), nullable=False),
     sa.Column("user_id", ExactString(MAX_ID_CHARS), nullable=True),
@@ -81,15 +87,12 @@ original = sa.Table(
     sa.Index("ix_chat_history_original_app_id_id", "app_id", "id"),
     sa.Index("ix_chat_history_original_user_id", "user_id"),
     sa.Index("ix_chat_history_original_app_id_message_type_id", "app_id", "message_type", "id"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """The full history: one row per message, ``payload`` the message's canonical JSON. The
 ``(app_id, message_type, id)`` index finds an app's newest summary row in one lookup."""
 
-display = sa.Table(
+display = _table(
     DISPLAY_TABLE,
-    metadata,
     sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("app_id", ExactString(MAX_ID_CHARS), nullable=False),
     sa.Column("user_id", ExactString(MAX_ID_CHARS), nullable=True),
@@ -101,8 +104,6 @@ display = sa.Table(
     sa.Column("is_deleted", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Index("ix_chat_history_app_id_id", "app_id", "id"),
     sa.Index("ix_chat_history_user_id", "user_id"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """The display history: what a person saw (user messages, AI replies with tool summaries)."""
 
@@ -111,9 +112,8 @@ EXECUTION_STATES = ("pending", "running", "succeeded", "failed", "unknown")
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 MAX_TOOL_NAME_CHARS = 255
 
-tool_executions = sa.Table(
+tool_executions = _table(
     EXECUTIONS_TABLE,
-    metadata,
     sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
     sa.Column("idempotency_key", ExactString(MAX_IDEMPOTENCY_KEY_CHARS), primary_key=True),
     sa.Column("tool_name", ExactString(MAX_TOOL_NAME_CHARS), nullable=False),
@@ -127,8 +127,6 @@ tool_executions = sa.Table(
     sa.Column("user_id", ExactString(MAX_ID_CHARS), nullable=True),
     sa.Index("ix_tool_executions_state_updated_at", "state", "updated_at"),
     sa.Index("ix_tool_executions_user_id", "user_id"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """Side-effecting tool calls of the loop guard (``memstore.guard``): one row per idempotency
 key of an app, with its execution state (one of ``EXECUTION_STATES``), the attempts started
@@ -141,9 +139,8 @@ ENTRIES_TABLE = "pydantic_ai_entries"
 MAX_ENTRY_ID_CHARS = 128
 MAX_SCOPE_CHARS = 255
 
-conversations = sa.Table(
+conversations = _table(
     CONVERSATIONS_TABLE,
-    metadata,
     sa.Column("conversation_id", ExactString(MAX_ID_CHARS), primary_key=True),
     sa.Column("scope", ExactString(MAX_SCOPE_CHARS), nullable=True),
     sa.Column("revision", ExactString(MAX_ENTRY_ID_CHARS), nullable=False),
@@ -152,16 +149,13 @@ conversations = sa.Table(
     sa.Column("updated_at", timestamp(), nullable=False),
     sa.Index("ix_pydantic_ai_conversations_scope_updated_at", "scope", "updated_at"),
     sa.Index("ix_pydantic_ai_conversations_updated_at", "updated_at"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """pydantic-ai's per-conversation record (``memstore.adapters.pydantic_ai``): the revision the
 compare-and-swap checks, the scope, the head entry, and the rest of the record as JSON (usage,
 deferred tool requests, branches, fork origin)."""
 
-conversation_entries = sa.Table(
+conversation_entries = _table(
     ENTRIES_TABLE,
-    metadata,
     sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
     sa.Column("entry_id", ExactString(MAX_ENTRY_ID_CHARS), primary_key=True),
     sa.Column("owner", ExactString(MAX_ID_CHARS), nullable=False),
@@ -173,8 +167,6 @@ conversation_entries = sa.Table(
     sa.Index("ix_pydantic_ai_entries_entry_id", "entry_id"),
     sa.Index("ix_pydantic_ai_entries_app_id_depth", "app_id", "depth"),
     sa.Index("ix_pydantic_ai_entries_owner", "owner"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """Where each pydantic-ai conversation entry (one ``ModelMessage``) lives: the app whose
 original history holds its rows (``first_row``..``last_row``, ``row_count`` rows), its parent
@@ -185,9 +177,8 @@ delete removes the location."""
 ADK_STATE_TABLE = "adk_state"
 ADK_STATE_SCOPES = ("app", "user", "session")
 
-adk_state = sa.Table(
+adk_state = _table(
     ADK_STATE_TABLE,
-    metadata,
     sa.Column("scope", sa.String(16), primary_key=True),
     sa.Column("app_name", ExactString(MAX_ID_CHARS), primary_key=True),
     sa.Column("user_id", ExactString(MAX_ID_CHARS), primary_key=True),
@@ -203,8 +194,6 @@ adk_state = sa.Table(
         "user_id",
         "updated_at",
     ),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """Google ADK state (``memstore.adapters.google_adk``): one row per app (``user_id`` and
 ``session_id`` empty), per user of an app (``session_id`` empty) and per session, each with its
@@ -213,15 +202,12 @@ carries the revision that ADK's stale-session check compares."""
 
 GENERATION_TABLE = "chat_app_generation"
 
-app_generation = sa.Table(
+app_generation = _table(
     GENERATION_TABLE,
-    metadata,
     sa.Column("app_id", ExactString(MAX_ID_CHARS), primary_key=True),
     sa.Column("generation", sa.BigInteger, nullable=False),
     sa.Column("stale_at_ms", sa.BigInteger, nullable=True),
     sa.Index("ix_chat_app_generation_stale_at_ms", "stale_at_ms"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """One row per app that was written to: the app's write lock and its generation. Every write
 of the app (append, purge, repair, pop) raises the counter as its first statement, which locks
@@ -236,16 +222,13 @@ that dropped that window (:mod:`memstore.sql.staleness`); ``NULL`` otherwise."""
 WORKER_LEASES_TABLE = "worker_leases"
 MAX_HOLDER_CHARS = 255
 
-worker_leases = sa.Table(
+worker_leases = _table(
     WORKER_LEASES_TABLE,
-    metadata,
     sa.Column("worker_id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("holder", ExactString(MAX_HOLDER_CHARS), nullable=False),
     sa.Column("epoch", sa.BigInteger, nullable=False),
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
     sa.Column("last_ms", sa.BigInteger, nullable=False),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
 )
 """One row per snowflake worker id ever leased (``MEMSTORE_WORKER_ID=auto``). ``expires_at_ms``
 is in the database's own clock (Unix milliseconds), so the processes' clocks never decide

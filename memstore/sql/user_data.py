@@ -135,14 +135,20 @@ def execution_position(row: Mapping[Any, Any]) -> tuple[str, str]:
     return (row["app_id"], row["idempotency_key"])
 
 
-def user_executions_page(user_id: str, limit: int, after: tuple[str, str] | None) -> sa.Select[Any]:
-    """One keyset page of the loop-guard records of ``user_id``, by (app id, key)."""
-    query = (
+def executions_by_key(condition: sa.ColumnElement[bool], limit: int) -> sa.Select[Any]:
+    """The loop-guard records that meet ``condition`` in primary-key order (app id, key),
+    ``limit`` at most: a keyset page."""
+    return (
         sa.select(tool_executions)
-        .where(tool_executions.c.user_id == user_id)
+        .where(condition)
         .order_by(tool_executions.c.app_id, tool_executions.c.idempotency_key)
         .limit(limit)
     )
+
+
+def user_executions_page(user_id: str, limit: int, after: tuple[str, str] | None) -> sa.Select[Any]:
+    """One keyset page of the loop-guard records of ``user_id``, by (app id, key)."""
+    query = executions_by_key(tool_executions.c.user_id == user_id, limit)
     if after is not None:
         app_id, key = after
         query = query.where(

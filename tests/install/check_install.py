@@ -45,7 +45,11 @@ MODULE_EXTRAS = {
     "memstore.adapters.langgraph": "langchain",
     "memstore.adapters.openai_agents": "openai-agents",
     "memstore.adapters.pydantic_ai": "pydantic-ai",
+    "memstore.adapters._pai_convert": "pydantic-ai",
+    "memstore.adapters._pai_records": "pydantic-ai",
     "memstore.adapters.google_adk": "google-adk",
+    "memstore.adapters._adk_convert": "google-adk",
+    "memstore.adapters._adk_state": "google-adk",
 }
 """The memstore modules that need an extra to import; every other module needs the core only
 (another extra may bring what one needs along: ``asyncpg`` installs greenlet too)."""

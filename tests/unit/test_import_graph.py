@@ -104,3 +104,57 @@ def test_the_scan_sees_lazy_imports() -> None:
 
 def test_no_import_circle_among_memstore_modules() -> None:
     assert circles(import_graph()) == []
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # shared leaves and the pure core: plain data, decisions, no I/O
+    (
+        "memstore.core",
+        "memstore.messages",
+        "memstore.errors",
+        "memstore.extras",
+        "memstore.config",
+        "memstore.metrics",
+        "memstore.reports",
+        "memstore._version",
+        "memstore.seams",
+    ),
+    ("memstore.sql", "memstore.cache", "memstore.formats"),  # I/O, conversion at the edge
+    (),  # the store and everything not named elsewhere: store*, aio, collector, guard...
+    (
+        "memstore.adapters",
+        "memstore.cli",
+        "memstore.demo",
+        "memstore.importers",
+        "memstore.__main__",
+    ),
+)
+"""The layers of docs/contributing.md, lowest first; a module imports its own layer or lower."""
+
+STORE_LAYER = 2
+
+
+def layer(module: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
+            return rank
+    return STORE_LAYER
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer(target) > layer(module)
+    )
+
+
+def test_the_layer_scan_sees_an_upward_import() -> None:
+    graph = {"memstore.core.window": {"memstore.cache.base"}, "memstore.store": {"memstore.sql"}}
+    assert upward_imports(graph) == ["memstore.core.window -> memstore.cache.base"]
+
+
+def test_every_import_points_down_the_layers() -> None:
+    """core → sql/cache/formats → store → adapters/CLI, imports inside functions included."""
+    assert upward_imports(import_graph()) == []

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from memstore import MemoryStore, Settings, operations
-from memstore.cache import base as cache_base
+from memstore.core import cache_entries
 from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import NoWindowCache
@@ -268,7 +268,7 @@ def test_appends_keep_messages_in_process_and_payloads_in_redis(
             assert store.memory(app).messages()  # the window is cached
             with monkeypatch.context() as patched:
                 # the cache never encodes an appended message: its entry carries the payload
-                patched.setattr(cache_base, "encode_message", _no_second_encoding)
+                patched.setattr(cache_entries, "encode_message", _no_second_encoding)
                 store.append(app, turn)
             assert store.memory(app).messages() == store.load_window(app)
         slots: Any = local.cache

@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from memstore import MemoryStore, Settings, operations
-from memstore.core import cache_entries
 from memstore.cache import keys
 from memstore.cache.base import WindowPolicy
 from memstore.cache.memory_cache import NoWindowCache
 from memstore.cache.redis_window import RedisWindowCache
+from memstore.core import cache_entries
 from memstore.messages import (
     AiMessage,
     Message,

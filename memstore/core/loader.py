@@ -21,7 +21,12 @@ from memstore.messages import Message
 LOOKAHEAD_ROWS = 32
 """Rows read beyond the window size, so most tool groups at the edge need no second query."""
 WIDEN_LIMIT_ROWS = 1024
-"""Most older rows the one extra query may read to find the request of a result at the edge."""
+"""Most older rows the widening reads may take, in all, to find the request of a result at the
+edge."""
+WIDEN_PROBES = 4
+"""Most probes for the newest tool request before the rows held (see
+:attr:`RowRequest.requests_only`); a group still open after them gets one plain read of the
+rest of :data:`WIDEN_LIMIT_ROWS`."""
 TOKENS_PER_ROW_GUESS = 64
 """For a token budget, the first read assumes messages of at least this many tokens; when
 they are smaller, older rows are read in growing bounded pages until the budget is full.
@@ -36,12 +41,19 @@ TOKEN_WINDOW_MAX_MESSAGES = 100_000
 class RowRequest:
     """Fetch up to ``limit`` newest non-deleted rows of the app with ``id < before_id`` and
     ``id > after_id``, summary rows left out; with ``summary``, also the app's newest summary
-    row (none or one, in the same statement)."""
+    row (none or one, in the same statement).
+
+    With ``requests_only``, tool-request rows alone (AI messages with tool calls; ``limit=1``:
+    the probe of the widening read, one index lookup): the widening read of a tool group cut
+    by the window's edge then reads from that request on, the group and no more. A fetch that
+    ignores the flag answers with rows of every type; the loader then reads more, never
+    less, so the window is the same either way."""
 
     limit: int
     before_id: int | None = None
     after_id: int | None = None
     summary: bool = False
+    requests_only: bool = False
 
 
 Rows = Sequence[StoredMessage]
@@ -229,15 +241,42 @@ def _message_steps(
         first_try=max_messages,
     )
     if window.needs_older_rows and rows:
-        older = yield RowRequest(widen_limit, before_id=_first_id(rows), after_id=found.floor)
-        window = select_lazily(
-            _joined(older, rows),
-            max_messages,
-            start_at_user=start_at_user,
-            history_complete=True,
-            first_try=max_messages,
-        )
+
+        def select(rows: Rows, history_complete: bool) -> Window:
+            return select_lazily(
+                rows,
+                max_messages,
+                start_at_user=start_at_user,
+                history_complete=history_complete,
+                first_try=max_messages,
+            )
+
+        window = yield from _widened(rows, select, widen_limit, found.floor)
     return window
+
+
+def _widened(
+    rows: Rows, select: Callable[[Rows, bool], Window], widen_limit: int, floor: int | None
+) -> WindowSteps:
+    """The window of ``rows`` and the older rows the tool group at its edge needs: a probe for
+    the newest tool request before the rows held, then the rows from it on (the group's
+    request, in a well-formed history: the read is the group and no more), at most
+    :data:`WIDEN_PROBES` times, then one plain read of what is left of ``widen_limit`` rows in
+    all. The last selection takes the history as complete (a request still missing makes its
+    results orphans, as the edge check decides)."""
+    budget = widen_limit
+    for _ in range(WIDEN_PROBES):
+        probe = yield RowRequest(1, before_id=_first_id(rows), after_id=floor, requests_only=True)
+        if not probe:  # no request before the rows: the plain read decides
+            break
+        older = yield RowRequest(budget, before_id=_first_id(rows), after_id=_first_id(probe) - 1)
+        budget -= len(older)
+        rows = _joined(older, rows)
+        window = select(rows, budget <= 0)
+        if budget <= 0 or not window.needs_older_rows:
+            return window
+    older = yield RowRequest(budget, before_id=_first_id(rows), after_id=floor)
+    return select(_joined(older, rows), True)
 
 
 def _token_steps(
@@ -279,9 +318,13 @@ def _token_steps(
         if complete or not window.needs_older_rows or not rows:
             return window
         if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
-            older = yield RowRequest(widen_limit, before_id=_first_id(rows), after_id=floor)
-            rows = _joined(older, rows)
-            return select(True)
+
+            def select_in(held: Rows, history_complete: bool) -> Window:
+                nonlocal rows
+                rows = held
+                return select(history_complete)
+
+            return (yield from _widened(rows, select_in, widen_limit, floor))
         size = min(max(len(rows), widen_limit), cap - len(rows))
         older = yield RowRequest(size, before_id=_first_id(rows), after_id=floor)
         complete = len(older) < size

@@ -99,10 +99,15 @@ def compile_read(statement: Any, dialect: Dialect, sample: dict[str, Any]) -> Co
 
 @functools.lru_cache(maxsize=256)
 def _window_read(
-    dialect: Dialect, before: bool, after: bool, summary: bool, limit: int | None
+    dialect: Dialect,
+    before: bool,
+    after: bool,
+    summary: bool,
+    limit: int | None,
+    requests_only: bool = False,
 ) -> CompiledRead:
 
-    statement = window_statement(before, after, summary, limit)
+    statement = window_statement(before, after, summary, limit, requests_only)
     sample: dict[str, Any] = {"w_app": ""}
     if limit is None:
         sample["w_limit"] = 1
@@ -155,6 +160,7 @@ def window_read(
         request.after_id is not None,
         request.summary and not split,
         request.limit if literal else None,
+        request.requests_only,
     )
     values: dict[str, Any] = {"w_app": app_id}
     if not literal:

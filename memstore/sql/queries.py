@@ -238,6 +238,14 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     """The newest non-deleted original rows of one app (newest first), as the loader asks:
     summary rows left out; with ``request.summary`` also the app's newest summary row (one
     statement: ``UNION ALL`` of the two bounded index reads; the caller sorts by id)."""
+    if request.requests_only:
+        query = (
+            sa.select(original.c.id, original.c.payload)
+            .where(*_requests_between(app_id, request.before_id, request.after_id))
+            .order_by(*NEWEST_OF_TYPE)
+            .limit(request.limit)
+        )
+        return query
     query = (
         sa.select(original.c.id, original.c.payload)
         .where(
@@ -263,32 +271,62 @@ _WINDOW_COLUMNS = [original.c.id, original.c.payload, original.c.message_type]
 
 
 @functools.lru_cache(maxsize=256)
-def window_statement(before: bool, after: bool, summary: bool, limit: int | None = None) -> Any:
+def window_statement(
+    before: bool,
+    after: bool,
+    summary: bool,
+    limit: int | None = None,
+    requests_only: bool = False,
+) -> Any:
     """The loader's read of one shape, built once with bound parameters (building the
     ``UNION ALL`` of two subqueries per call costs more than running it): rows of
     ``(id, payload, message_type)``, the type telling summary rows apart undecoded.
     ``limit``: the row limit written into the SQL (else bound as ``w_limit``); see
-    :func:`memstore.sql.fastread.window_read`."""
+    :func:`memstore.sql.fastread.window_read`. ``requests_only``: the tool-request rows alone,
+    read on the ``(app_id, message_type, id)`` index
+    (:attr:`~memstore.core.loader.RowRequest.requests_only`)."""
+    below = sa.bindparam("w_before", type_=sa.BigInteger()) if before else None
+    above = sa.bindparam("w_after", type_=sa.BigInteger()) if after else None
+    w_limit = sa.bindparam("w_limit", type_=sa.Integer()) if limit is None else written_in(limit)
+    if requests_only:
+        requests: Any = (
+            sa.select(*_WINDOW_COLUMNS)
+            .where(*_requests_between(_WINDOW_APP, below, above))
+            .order_by(*NEWEST_OF_TYPE)
+            .limit(w_limit)
+        )
+        return requests
     query = (
         sa.select(*_WINDOW_COLUMNS)
         .where(
-            in_app(
-                original,
-                _WINDOW_APP,
-                below=sa.bindparam("w_before", type_=sa.BigInteger()) if before else None,
-                above=sa.bindparam("w_after", type_=sa.BigInteger()) if after else None,
-            ),
+            in_app(original, _WINDOW_APP, below=below, above=above),
             original.c.is_deleted == sa.false(),
             original.c.message_type != SUMMARY_TYPE,
         )
         .order_by(*newest_first(original))
-        .limit(sa.bindparam("w_limit", type_=sa.Integer()) if limit is None else written_in(limit))
+        .limit(w_limit)
     )
     if not summary:
         return query
     newest_summary = summary_statement().subquery()
     rows = query.subquery()
     return sa.union_all(sa.select(*rows.c), sa.select(*newest_summary.c))
+
+
+def _requests_between(
+    app_id: str | sa.BindParameter[str],
+    below: int | sa.BindParameter[int] | None,
+    above: int | sa.BindParameter[int] | None,
+) -> list[sa.ColumnElement[bool]]:
+    """The app's non-deleted tool-request rows with ``id < below`` and ``id > above`` (each
+    when given): a range of the ``(app_id, message_type, id)`` index, read in
+    :data:`NEWEST_OF_TYPE` order (one probe for the newest)."""
+    conditions = [of_type(app_id, TOOL_REQUEST_TYPE), original.c.is_deleted == sa.false()]
+    if below is not None:
+        conditions.append(original.c.id < below)
+    if above is not None:
+        conditions.append(original.c.id > above)
+    return conditions
 
 
 def summary_statement() -> Any:
@@ -301,7 +339,10 @@ def window_rows_statement(app_id: str, request: RowRequest) -> tuple[Any, dict[s
     """The statement and parameters of one loader read (:func:`newest_rows_query`'s rows,
     cached per shape)."""
     statement = window_statement(
-        request.before_id is not None, request.after_id is not None, request.summary
+        request.before_id is not None,
+        request.after_id is not None,
+        request.summary,
+        requests_only=request.requests_only,
     )
     params: dict[str, Any] = {"w_app": app_id, "w_limit": request.limit}
     if request.before_id is not None:

@@ -142,7 +142,7 @@ def reads(app: str, ids: list[int], guard: LoopGuard) -> list[Read]:
     for literal in (True, False):
         for b in (False, True):
             for a in (False, True):
-                for s in (False, True):
+                for s, r in ((False, False), (True, False), (False, True)):
                     if b and before is None:
                         continue
                     params: dict[str, Any] = {"w_app": app}
@@ -155,14 +155,18 @@ def reads(app: str, ids: list[int], guard: LoopGuard) -> list[Read]:
                     if a:
                         params["w_after"] = after
                         window = [i for i in window if i > after]
+                    if r:  # the tool requests alone (the widening read's probe)
+                        window = [i for i in requests if (not b or i < before)]
+                        window = [i for i in window if not a or i > after]
                     expected = window[:LIMIT]
                     if s:
                         expected = sorted(expected + summaries[:1])
-                    shape = f"window(before={b}, after={a}, summary={s}, literal={literal})"
+                    shape = f"window(before={b}, after={a}, summary={s}, requests_only={r}, "
+                    shape += f"literal={literal})"
                     out.append(
                         Read(
                             shape,
-                            window_statement(b, a, s, LIMIT if literal else None),
+                            window_statement(b, a, s, LIMIT if literal else None, r),
                             params,
                             expected,
                             ordered=not s,

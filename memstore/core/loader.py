@@ -232,25 +232,19 @@ def _message_steps(
         raise ValueError("a window needs max_messages or max_tokens")
     limit = max_messages + lookahead
     rows, complete = found.take((yield found.first(limit)), limit)
-    max_messages = found.messages(max_messages)
-    window = select_lazily(
-        rows,
-        max_messages,
-        start_at_user=start_at_user,
-        history_complete=complete,
-        first_try=max_messages,
-    )
+    size = found.messages(max_messages)
+
+    def select(held: Rows, history_complete: bool) -> Window:
+        return select_lazily(
+            held,
+            size,
+            start_at_user=start_at_user,
+            history_complete=history_complete,
+            first_try=size,
+        )
+
+    window = select(rows, complete)
     if window.needs_older_rows and rows:
-
-        def select(rows: Rows, history_complete: bool) -> Window:
-            return select_lazily(
-                rows,
-                max_messages,
-                start_at_user=start_at_user,
-                history_complete=history_complete,
-                first_try=max_messages,
-            )
-
         window = yield from _widened(rows, select, widen_limit, found.floor)
     return window
 
@@ -302,29 +296,23 @@ def _token_steps(
     floor = found.floor
     rows: Rows = first
 
-    def select(history_complete: bool) -> Window:
+    def select(held: Rows, history_complete: bool) -> Window:
         return select_lazily(
-            rows,
+            held,
             target,
             start_at_user=start_at_user,
             history_complete=history_complete,
-            first_try=len(rows) - lookahead,
+            first_try=len(held) - lookahead,
             max_tokens=budget,
             count_tokens=count_tokens,
         )
 
     while True:
-        window = select(complete)
+        window = select(rows, complete)
         if complete or not window.needs_older_rows or not rows:
             return window
         if len(rows) >= cap:  # the last read: only a tool group at the edge needs older rows
-
-            def select_in(held: Rows, history_complete: bool) -> Window:
-                nonlocal rows
-                rows = held
-                return select(history_complete)
-
-            return (yield from _widened(rows, select_in, widen_limit, floor))
+            return (yield from _widened(rows, select, widen_limit, floor))
         size = min(max(len(rows), widen_limit), cap - len(rows))
         older = yield RowRequest(size, before_id=_first_id(rows), after_id=floor)
         complete = len(older) < size

@@ -239,13 +239,12 @@ def newest_rows_query(app_id: str, request: RowRequest) -> sa.Select[Any]:
     summary rows left out; with ``request.summary`` also the app's newest summary row (one
     statement: ``UNION ALL`` of the two bounded index reads; the caller sorts by id)."""
     if request.requests_only:
-        query = (
+        return (
             sa.select(original.c.id, original.c.payload)
             .where(*_requests_between(app_id, request.before_id, request.after_id))
             .order_by(*NEWEST_OF_TYPE)
             .limit(request.limit)
         )
-        return query
     query = (
         sa.select(original.c.id, original.c.payload)
         .where(
@@ -425,15 +424,12 @@ def request_scan_query(
 ) -> sa.Select[Any]:
     """One page of the app's tool-request rows below ``before_id``, newest first: a range of
     the ``(app_id, message_type, id)`` index (see :func:`of_type`)."""
-    query = (
+    return (
         sa.select(original.c.id, original.c.payload)
-        .where(of_type(app_id, TOOL_REQUEST_TYPE), original.c.is_deleted == sa.false())
+        .where(*_requests_between(app_id, before_id, None))
         .order_by(*NEWEST_OF_TYPE)
         .limit(written_in(REQUEST_SCAN_PAGE))
     )
-    if before_id is not None:
-        query = query.where(original.c.id < before_id)
-    return query
 
 
 def requested_ids_in(payload: str, app_id: str, row_id: int, cipher: RowCipher) -> list[str]:

@@ -26,12 +26,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="stretch the form to this many seconds")
     parser.add_argument("--workers", type=int, help="worker processes (default: the form's)")
     parser.add_argument(
+        "--prefill", type=int, help="rows written into filler apps first (default: the form's)"
+    )
+    parser.add_argument(
         "--db", action="append", choices=sorted(URL_VARIABLES), help="default: both"
     )
     args = parser.parse_args()
     params = SoakParams.long() if args.long else SoakParams.short()
     if args.seconds:
         params = params.scaled(args.seconds)
+    if args.prefill is not None:
+        params = replace(params, prefill_rows=args.prefill)
     if args.workers:
         params = replace(params, workers=args.workers)
     failed = False

@@ -33,6 +33,7 @@ import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from memstore import MemoryStore, Settings
-from memstore.messages import parse_message
+from memstore.core.rows import encode_payload
+from memstore.messages import AiMessage, UserMessage, parse_message
 from memstore.sql import migrate
 from memstore.sql.engine import make_engine
+from memstore.sql.schema import display, original
 from tests.integration.conftest import RedisServer
 from tests.integration.tcp_proxy import CommitCutter
 from tests.soak.checker import Findings, check
@@ -88,6 +91,9 @@ class SoakParams:
     """A self-check of the soak: workers retry an append in doubt without ``retry_of``, as
     a caller that trusts "nothing was written" would (the checker must find it stored
     twice)."""
+    prefill_rows: int = 0
+    """Rows written before the start into filler apps of the run (both histories, 100 per
+    app), so the soak runs on tables of that size; removed at the end."""
 
     @property
     def cached_bound(self) -> float:
@@ -115,6 +121,7 @@ class SoakParams:
             reload_sigterms=10,
             reload_sigkills=10,
             keep_last=200,
+            prefill_rows=1_000_000,
         )
 
     @classmethod
@@ -360,7 +367,7 @@ def run_soak(db: str, server_url: str, params: SoakParams, workdir: Path) -> Soa
     every_app = [app for group in apps.values() for app in group]
     engine = make_engine(server_url)
     migrate.upgrade(engine)
-    engine.dispose()
+    fillers = prefill(engine, run, params.prefill_rows)
     admin = sa.create_engine(make_url(server_url), isolation_level="AUTOCOMMIT", poolclass=NullPool)
     server = make_url(server_url)
     (workdir / "redis").mkdir(parents=True, exist_ok=True)
@@ -477,11 +484,14 @@ def run_soak(db: str, server_url: str, params: SoakParams, workdir: Path) -> Soa
         for pid in behind:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        table_rows = _table_rows(engine)
         for app in every_app:
             checker_store.purge(app)
     finally:
+        remove_prefill(engine, fillers)
         checker_store.close()
         admin.dispose()
+        engine.dispose()
     findings.violations[:0] = violations
     lingering = [f for f in faults if f.get("left")]
     if lingering:
@@ -499,9 +509,80 @@ def run_soak(db: str, server_url: str, params: SoakParams, workdir: Path) -> Soa
         "faults": dict(_count(f["kind"] for f in faults)),
         "connections_killed": sum(f.get("victims", 0) for f in faults),
         "commits_cut": cutter.cuts,
+        "prefill_rows": params.prefill_rows,
+        "original_rows_at_end": table_rows,
         **findings.stats,
     }
     return SoakResult(findings, faults, figures)
+
+
+PREFILL_PER_APP = 100
+PREFILL_BATCH = 5_000
+
+
+def prefill(engine: sa.Engine, run: str, rows: int) -> list[str]:
+    """Write ``rows`` rows (user and AI messages alternating, ``PREFILL_PER_APP`` per filler
+    app) into both histories in batches, with ids far below any snowflake id; the filler
+    apps' ids."""
+    if rows <= 0:
+        return []
+    now = datetime.now(timezone.utc)
+    base = random.randrange(10**12, 10**13)
+    payloads = [
+        encode_payload(UserMessage(text="filler question " + "x" * 60)),
+        encode_payload(AiMessage(text="filler answer " + "y" * 200)),
+    ]
+    fillers = [f"soak-{run}-fill{n}" for n in range(-(-rows // PREFILL_PER_APP))]
+    batch_original: list[dict[str, Any]] = []
+    batch_display: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        with engine.begin() as conn:
+            conn.execute(original.insert(), batch_original)
+            conn.execute(display.insert(), batch_display)
+        batch_original.clear()
+        batch_display.clear()
+
+    for n in range(rows):
+        app = fillers[n // PREFILL_PER_APP]
+        kind = n % 2
+        common = {
+            "id": base + n,
+            "app_id": app,
+            "user_id": f"soak-{run}-fill-user",
+            "created_at": now,
+            "updated_at": now,
+            "is_deleted": False,
+        }
+        batch_original.append(
+            {
+                **common,
+                "message_type": ("user", "ai")[kind],
+                "tool_call_id": None,
+                "payload": payloads[kind],
+            }
+        )
+        batch_display.append(
+            {**common, "role": ("user", "ai")[kind], "content": "filler", "status": "ok"}
+        )
+        if len(batch_original) >= PREFILL_BATCH:
+            flush()
+    if batch_original:
+        flush()
+    return fillers
+
+
+def remove_prefill(engine: sa.Engine, fillers: list[str]) -> None:
+    for start in range(0, len(fillers), 500):
+        part = fillers[start : start + 500]
+        with engine.begin() as conn:
+            conn.execute(original.delete().where(original.c.app_id.in_(part)))
+            conn.execute(display.delete().where(display.c.app_id.in_(part)))
+
+
+def _table_rows(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(original)).scalar_one())
 
 
 def _count(kinds: Any) -> dict[str, int]:

@@ -67,6 +67,13 @@ def timestamp() -> TypeEngine[Any]:
     return sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
+def row_id() -> TypeEngine[int]:
+    """A history row's snowflake id: ``BIGINT``, and ``INTEGER`` on SQLite, where an
+    ``INTEGER`` primary key is the table's rowid (a ``BIGINT`` one would be a second b-tree
+    beside the rowid table, written on every insert). Both are signed 64-bit there."""
+    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
 def _table(name: str, *items: SchemaItem) -> sa.Table:
     """A table of :data:`metadata`; on MySQL/MariaDB an InnoDB one (row locks, transactions)
     in ``utf8mb4``."""
@@ -75,7 +82,7 @@ def _table(name: str, *items: SchemaItem) -> sa.Table:
 
 original = _table(
     ORIGINAL_TABLE,
-    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("id", row_id(), primary_key=True, autoincrement=False),
     sa.Column("app_id", ExactString(MAX_ID_CHARS), nullable=False),
     sa.Column("user_id", ExactString(MAX_ID_CHARS), nullable=True),
     sa.Column("message_type", sa.String(32), nullable=False),
@@ -93,7 +100,7 @@ original = _table(
 
 display = _table(
     DISPLAY_TABLE,
-    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("id", row_id(), primary_key=True, autoincrement=False),
     sa.Column("app_id", ExactString(MAX_ID_CHARS), nullable=False),
     sa.Column("user_id", ExactString(MAX_ID_CHARS), nullable=True),
     sa.Column("role", sa.String(16), nullable=False),

@@ -267,3 +267,65 @@ def test_0009_gives_existing_guard_records_the_user_of_their_answers(engine: Eng
     }
     assert all(row[2] == f"result of {row[0]}" for row in rows)
     assert schema_diff(engine) == []
+
+
+@on_each_database
+def test_0010_keeps_every_history_row_and_id_both_ways(
+    scratch_database_url: str, engine: Engine
+) -> None:
+    """Migration 0010 on a populated database (SQLite rebuilds both history tables, with the
+    id as the rowid; the others are unchanged): every row, id and value is kept, upgrading and
+    downgrading, and the store reads and writes the migrated history."""
+    migrate.upgrade(engine, "0009")
+    with MemoryStore(Settings(database_url=scratch_database_url), engine=engine) as store:
+        for turn in range(3):
+            for app in ("app-b", "app-a"):
+                messages: list[Any] = [*TURN[:3], AiMessage(text=f"{app} turn {turn}")]
+                store.append(app, messages)
+    original, display = metadata.tables[ORIGINAL_TABLE], metadata.tables[DISPLAY_TABLE]
+    big = 2**63 - 1  # the largest id: still one on every database and as SQLite's rowid
+    with engine.begin() as conn:
+        row = conn.execute(sa.select(original).order_by(original.c.id.desc()).limit(1)).one()
+        conn.execute(original.insert().values({**row._asdict(), "id": big, "app_id": "app-c"}))
+
+    def stored() -> list[list[tuple[Any, ...]]]:
+        with engine.connect() as conn:
+            return [
+                [tuple(row) for row in conn.execute(sa.select(table).order_by(table.c.id))]
+                for table in (original, display)
+            ]
+
+    def rowids_are_ids() -> bool:
+        with engine.connect() as conn:
+            pairs = conn.exec_driver_sql(f"SELECT rowid, id FROM {ORIGINAL_TABLE}").all()
+        return all(rowid == row_id for rowid, row_id in pairs)
+
+    before = stored()
+    assert len(before[0]) == 6 * 4 + 1 and len(before[1]) >= 6
+    windows = {app: store_window(scratch_database_url, engine, app) for app in ("app-a", "app-b")}
+
+    migrate.upgrade(engine)
+    assert stored() == before
+    assert schema_diff(engine) == []
+    if engine.dialect.name == "sqlite":
+        assert rowids_are_ids()
+    with MemoryStore(Settings(database_url=scratch_database_url), engine=engine) as store:
+        for app, window in windows.items():
+            assert store.load_window(app) == window
+        store.append("app-a", [UserMessage(text="after the upgrade")])
+    after_upgrade = stored()
+    assert after_upgrade[0][: len(before[0]) - 1] == before[0][:-1]
+
+    migrate.downgrade(engine, "0009")
+    assert stored() == after_upgrade
+    if engine.dialect.name == "sqlite":
+        assert not rowids_are_ids()
+        assert schema_diff(engine) != []  # BIGINT again: the id is no longer the rowid
+    migrate.upgrade(engine)
+    assert stored() == after_upgrade
+    assert schema_diff(engine) == []
+
+
+def store_window(url: str, engine: Engine, app_id: str) -> list[Any]:
+    with MemoryStore(Settings(database_url=url), engine=engine) as store:
+        return list(store.load_window(app_id))

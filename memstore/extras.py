@@ -6,13 +6,14 @@ in ``pyproject.toml``), loaded only when the feature that needs it is used. A mi
 raises :class:`~memstore.errors.MissingExtraError`, whose message is the exact ``pip install``
 line, never the dependency's own ``ImportError``::
 
-    try:
+    with needs_extra("memstore.adapters.langchain", "langchain"):
         from langchain_core.chat_history import BaseChatMessageHistory
-    except ImportError as error:
-        raise missing_extra("memstore.adapters.langchain", "langchain", error) from error
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from memstore.errors import MissingExtraError
 
@@ -26,6 +27,7 @@ EXTRAS: dict[str, str] = {
     "openai-agents": "openai-agents",
     "pydantic-ai": "pydantic-ai-slim",
     "google-adk": "google-adk",
+    "claude-agent-sdk": "claude-agent-sdk",
     "otel": "opentelemetry-api",
     "crypto": "cryptography",
 }
@@ -63,3 +65,13 @@ def missing_extra(
     failure = MissingExtraError(detail, extra=",".join(names), install=command)
     failure.name = error.name
     return failure
+
+
+@contextmanager
+def needs_extra(feature: str, extras: str | tuple[str, ...]) -> Iterator[None]:
+    """The imports of what ``extras`` install, for ``feature``: an ``ImportError`` inside the
+    block is raised as :func:`missing_extra`'s error, from it."""
+    try:
+        yield
+    except ImportError as error:
+        raise missing_extra(feature, extras, error) from error

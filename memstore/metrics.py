@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
 COUNTERS: tuple[str, ...] = (
     "cache_hits",
@@ -117,10 +117,8 @@ def otel_listener(
     :class:`~memstore.errors.MissingExtraError` without it.
     """
     if meter is None:
-        try:
+        with needs_extra("OpenTelemetry export", "otel"):
             from opentelemetry import metrics as otel_metrics
-        except ImportError as error:
-            raise missing_extra("OpenTelemetry export", "otel", error) from error
         from memstore._version import __version__
 
         meter = otel_metrics.get_meter("memstore", __version__)

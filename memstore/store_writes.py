@@ -32,7 +32,7 @@ from memstore.errors import (
 from memstore.messages import Message, parse_message
 from memstore.reports import CompactionReport, PruneReport, PurgeReport
 from memstore.sql.generation import GenerationStep
-from memstore.sql.lifecycle import decide_prune, prune_report
+from memstore.sql.lifecycle import PruneDecision, decide_prune, prune_report
 from memstore.sql.queries import ChainCheck
 from memstore.store_base import Summarizer, retry_probe, still_unknown
 from memstore.store_reads import IO, Steps, StoreReads
@@ -241,20 +241,18 @@ class StoreWrites(StoreReads):
         now = datetime.now(timezone.utc)
         snapshot = yield lambda: self._retention.snapshot(app_id)
         decision = decide_prune(app_id, snapshot, rule, now)
-        plan, scope, cutoff = decision.plan, decision.display, decision.guard_cutoff
         if dry_run:
-            counts = yield lambda: self._retention.count(plan, scope, cutoff, app_id)
+            counts = yield lambda: self._retention.count(app_id, decision)
             return prune_report(app_id, decision, counts, dropped=False, dry_run=True)
         applied = self._apply_prune(app_id, decision)
         report: PruneReport = yield lambda: self._through(applied, app_id)
         return report
 
-    def _apply_prune(self, app_id: str, decision: Any) -> Steps[PruneReport]:
-        plan, scope, cutoff = decision.plan, decision.display, decision.guard_cutoff
-        counts = yield lambda: self._retention.apply(app_id, plan, scope, cutoff)
-        if plan.drop:
+    def _apply_prune(self, app_id: str, decision: PruneDecision) -> Steps[PruneReport]:
+        counts = yield lambda: self._retention.apply(app_id, decision)
+        if decision.plan.drop:
             yield self._invalidation(app_id)
-        return prune_report(app_id, decision, counts, dropped=plan.drop > 0)
+        return prune_report(app_id, decision, counts, dropped=decision.plan.drop > 0)
 
     def _import_steps(self, batch: list[ImportRow], counts: dict[str, AppCounts]) -> Steps[None]:
         if not batch:

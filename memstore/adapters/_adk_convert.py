@@ -14,14 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "google-adk"):
     from google.adk.events.event import Event
     from google.adk.events.event_actions import EventActions, EventCompaction
     from google.genai import types
-except ImportError as error:
-    raise missing_extra(__name__, "google-adk", error) from error
 
 from memstore.adapters._batch import distinct_requests, opaque
 from memstore.core.metadata import thaw

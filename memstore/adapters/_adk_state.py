@@ -12,12 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "google-adk"):
     from google.adk.sessions import _session_util
-except ImportError as error:
-    raise missing_extra(__name__, "google-adk", error) from error
 
 from memstore.adapters._adk_convert import event_stamp, stamp_bounds
 from memstore.core.rows import SUMMARY

@@ -11,9 +11,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra("memstore.adapters.langchain", "langchain"):
     from langchain_core.messages import (
         AIMessage,
         BaseMessage,
@@ -25,8 +25,6 @@ try:
     )
     from langchain_core.messages import SystemMessage as LcSystemMessage
     from langchain_core.messages.tool import invalid_tool_call, tool_call
-except ImportError as error:
-    raise missing_extra("memstore.adapters.langchain", "langchain", error) from error
 
 from memstore.adapters._batch import OPAQUE_MARK, opaque
 from memstore.adapters._lc_reasoning import reasoning_of

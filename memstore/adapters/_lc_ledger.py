@@ -37,14 +37,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra("memstore.adapters.langgraph.MemstoreMirrorSaver", "langchain"):
     from langchain_core.messages import BaseMessage
-except ImportError as error:
-    raise missing_extra(
-        "memstore.adapters.langgraph.MemstoreMirrorSaver", "langchain", error
-    ) from error
 
 from memstore.adapters._history import (
     StoreAccess,

@@ -33,9 +33,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra("memstore.adapters.langchain.MemstoreMiddleware", "langchain"):
     from langchain.agents.middleware.types import (
         AgentMiddleware,
         AgentState,
@@ -50,10 +50,6 @@ try:
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
     from typing_extensions import NotRequired
-except ImportError as error:
-    raise missing_extra(
-        "memstore.adapters.langchain.MemstoreMiddleware", "langchain", error
-    ) from error
 
 from memstore.adapters._history import Store, StoreAccess, is_async_store
 from memstore.adapters._lc_pending import awrite_pending, pending, window_messages, write_pending

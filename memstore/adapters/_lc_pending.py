@@ -22,14 +22,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 from typing import Any
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra("memstore.adapters.langchain.MemstoreMiddleware", "langchain"):
     from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-except ImportError as error:
-    raise missing_extra(
-        "memstore.adapters.langchain.MemstoreMiddleware", "langchain", error
-    ) from error
 
 from memstore.adapters._history import StoreAccess
 from memstore.adapters._lc_convert import (

@@ -22,7 +22,10 @@ from memstore.core.reasoning import (
     RESPONSES_REASONING,
     THINKING,
     placed_before,
+    reasoning_content_part,
+    redacted_thinking_part,
     responses_item_part,
+    thinking_part,
 )
 from memstore.messages import Reasoning, ToolRequest
 
@@ -66,11 +69,11 @@ def _thinking(block: dict[str, Any]) -> Reasoning | None:
         data = _nonempty(block.get("data"))
         if data is None:
             return None
-        return Reasoning(provider=ANTHROPIC, kind=REDACTED_THINKING, signature=data)
+        return redacted_thinking_part(data)
     text, signature = block.get("thinking"), _nonempty(block.get("signature"))
     if not isinstance(text, str) or signature is None:
         return None
-    return Reasoning(provider=ANTHROPIC, kind=THINKING, text=text, signature=signature)
+    return thinking_part(text, signature)
 
 
 def _standard_thinking(block: dict[str, Any]) -> Reasoning | None:
@@ -81,7 +84,7 @@ def _standard_thinking(block: dict[str, Any]) -> Reasoning | None:
     signature = _nonempty(extras.get("signature")) if isinstance(extras, dict) else None
     if not isinstance(text, str) or signature is None:
         return None
-    return Reasoning(provider=ANTHROPIC, kind=THINKING, text=text, signature=signature)
+    return thinking_part(text, signature)
 
 
 def _imploded(content: list[Any]) -> list[Any]:
@@ -161,7 +164,7 @@ def reasoning_of(data: dict[str, Any], requests: Sequence[ToolRequest]) -> list[
     out: list[Reasoning] = []
     thought = _nonempty(kwargs.get(REASONING_CONTENT))
     if thought is not None:  # DeepSeek, Groq, OpenAI-compatible servers
-        out.append(Reasoning(provider=OPENAI, kind=REASONING_CONTENT, text=thought))
+        out.append(reasoning_content_part(thought))
     legacy = kwargs.get("reasoning")  # langchain-openai's Responses output, output_version="v0"
     if (
         isinstance(legacy, dict)

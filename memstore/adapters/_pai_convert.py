@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "pydantic-ai"):
     from pydantic_ai.conversation_store import ConversationEntry
     from pydantic_ai.messages import (
         ModelMessage,
@@ -31,8 +31,6 @@ try:
         ToolReturnPart,
         UserPromptPart,
     )
-except ImportError as error:
-    raise missing_extra(__name__, "pydantic-ai", error) from error
 
 from memstore.adapters._batch import distinct_requests, opaque
 from memstore.core.check import REPAIR_MARK
@@ -42,9 +40,11 @@ from memstore.core.reasoning import (
     REASONING_CONTENT,
     REDACTED_THINKING,
     RESPONSES_REASONING,
-    THINKING,
     placed_before,
+    reasoning_content_part,
+    redacted_thinking_part,
     responses_reasoning,
+    thinking_part,
 )
 from memstore.core.window import is_synthetic
 from memstore.messages import (
@@ -100,12 +100,10 @@ def _thinking(part: ThinkingPart) -> Reasoning | None:
     caller."""
     if part.provider_name == ANTHROPIC and part.signature:
         if part.id == REDACTED_THINKING:
-            return Reasoning(provider=ANTHROPIC, kind=REDACTED_THINKING, signature=part.signature)
-        return Reasoning(
-            provider=ANTHROPIC, kind=THINKING, text=part.content, signature=part.signature
-        )
+            return redacted_thinking_part(part.signature)
+        return thinking_part(part.content, part.signature)
     if part.provider_name == OPENAI and part.id == REASONING_CONTENT and part.content:
-        return Reasoning(provider=OPENAI, kind=REASONING_CONTENT, text=part.content)
+        return reasoning_content_part(part.content)
     if part.provider_name == OPENAI and part.id and part.id.startswith("rs_"):
         item: dict[str, Any] = {"summary": []}
         if part.content:

@@ -64,9 +64,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "google-adk"):
     from google.adk.errors import StaleSessionError
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -79,8 +79,6 @@ try:
     )
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
-except ImportError as error:
-    raise missing_extra(__name__, "google-adk", error) from error
 
 from memstore.adapters._adk_convert import (
     ADK_KEY,

@@ -66,13 +66,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "langchain"):
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import BaseMessage
-except ImportError as error:
-    raise missing_extra(__name__, "langchain", error) from error
 
 from memstore.adapters._history import Store, StoreAccess
 from memstore.adapters._lc_convert import (

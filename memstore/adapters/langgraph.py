@@ -32,9 +32,9 @@ from functools import partial
 from typing import Any
 
 from memstore.errors import InvalidInputError
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "langchain"):
     from langchain_core.messages import BaseMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
@@ -43,8 +43,6 @@ try:
         Checkpoint,
         CheckpointMetadata,
     )
-except ImportError as error:
-    raise missing_extra(__name__, "langchain", error) from error
 
 from memstore.adapters._history import Store, StoreAccess
 from memstore.adapters._lc_ledger import MIRROR_APPS, MirrorLedger, amirror, mirror

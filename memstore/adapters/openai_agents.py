@@ -96,13 +96,11 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, cast
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "openai-agents"):
     from agents.items import TResponseInputItem
     from agents.memory import SessionABC, SessionSettings
-except ImportError as error:
-    raise missing_extra(__name__, "openai-agents", error) from error
 
 from memstore.adapters._batch import OPAQUE_MARK, opaque
 from memstore.adapters._history import Store, StoreAccess

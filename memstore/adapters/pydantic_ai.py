@@ -60,17 +60,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra(__name__, "pydantic-ai"):
     from pydantic_ai.conversation_store import (
         ConversationConflict,
         ConversationEntry,
         ConversationRecord,
         ConversationStore,
     )
-except ImportError as error:
-    raise missing_extra(__name__, "pydantic-ai", error) from error
 
 from memstore.adapters._history import Store, StoreAccess, app_transaction
 from memstore.adapters._pai_convert import (

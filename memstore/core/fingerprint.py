@@ -39,6 +39,7 @@ from typing import Any
 from memstore.core.check import REPAIR_MARK
 from memstore.core.crypto import PLAIN, RowCipher
 from memstore.core.rows import TOOL_REQUEST, TOOL_RESULT, USER, decode_row
+from memstore.core.strict_json import reject_constant
 from memstore.core.window import SYNTHETIC_MARK, StoredMessage
 from memstore.messages import AiMessage, ToolResult, UserMessage
 
@@ -70,15 +71,11 @@ class _Object(list[tuple[str, Any]]):
     Arrays stay plain lists, so ``{}`` and ``[]`` remain different."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 _DECODER = json.JSONDecoder(
     object_pairs_hook=_Object,
     parse_float=_Number,
     parse_int=_Number,
-    parse_constant=_reject_constant,
+    parse_constant=reject_constant,
 )
 
 

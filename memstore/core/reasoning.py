@@ -40,6 +40,23 @@ RESPONSES_OWN_KEYS = ("type", "id", "encrypted_content")
 """Reasoning item keys held in :class:`Reasoning` fields; every other key goes to ``extra``."""
 
 
+def thinking_part(text: str, signature: str) -> Reasoning:
+    """The part of an Anthropic ``thinking`` block: its text and the signature sending it back
+    needs."""
+    return Reasoning(provider=ANTHROPIC, kind=THINKING, text=text, signature=signature)
+
+
+def redacted_thinking_part(data: str) -> Reasoning:
+    """The part of an Anthropic ``redacted_thinking`` block: its encrypted ``data`` as the
+    ``signature``."""
+    return Reasoning(provider=ANTHROPIC, kind=REDACTED_THINKING, signature=data)
+
+
+def reasoning_content_part(text: str) -> Reasoning:
+    """The part of an OpenAI-compatible server's ``reasoning_content`` text."""
+    return Reasoning(provider=OPENAI, kind=REASONING_CONTENT, text=text)
+
+
 def responses_reasoning(
     item_id: str,
     summary_texts: Sequence[str],

@@ -48,7 +48,6 @@ like any other and breaks a run of tool results.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -60,6 +59,7 @@ from memstore.core.reasoning import (
     REDACTED_THINKING,
     THINKING,
 )
+from memstore.core.strict_json import loads_json
 from memstore.messages import AiMessage, Message, SystemMessage, ToolResult, UserMessage
 
 Provider = Literal["openai", "anthropic"]
@@ -90,14 +90,10 @@ class Violation:
     """A human sentence naming the message and call ids involved."""
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _is_json_object(text: str) -> bool:
     """True when ``text`` is strict JSON (no NaN/Infinity) whose top level is an object."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = loads_json(text)
     except ValueError:  # json.JSONDecodeError is a ValueError
         return False
     return isinstance(value, dict)

@@ -1,9 +1,8 @@
-"""Helpers shared by the format converters: input coercion, typed errors, strict JSON."""
+"""Helpers shared by the format converters: input coercion, typed errors, tool-call JSON."""
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -60,28 +59,6 @@ def string(provider: str, index: int, value: object, what: str) -> str:
     if not isinstance(value, str):
         raise fail(provider, index, f"{what} must be a string, got {type(value).__name__}")
     return value
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def loads_strict(text: str | bytes) -> Any:
-    """``json.loads`` that rejects ``NaN``/``Infinity`` and numbers too large for a double."""
-    value = json.loads(text, parse_constant=_reject_constant)
-    if not _finite(value):
-        raise ValueError("a number overflows to infinity")
-    return value
-
-
-def _finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(item) for item in value.values())
-    if isinstance(value, list):
-        return all(_finite(item) for item in value)
-    return True
 
 
 def dumps_arguments(value: Mapping[str, Any]) -> str:

@@ -93,6 +93,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from memstore.core.reasoning import placed, placed_before
+from memstore.core.strict_json import loads_strict
 from memstore.formats._common import (
     ReasoningScope,
     ToolNames,
@@ -101,7 +102,6 @@ from memstore.formats._common import (
     check_keys,
     dumps_arguments,
     fail,
-    loads_strict,
     mapping,
     reasoning_to_send,
     string,

@@ -63,13 +63,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from memstore.core.strict_json import loads_strict
 from memstore.formats._common import (
     PARTICIPANT_NAME_KEY,
     build,
     canonical,
     check_keys,
     fail,
-    loads_strict,
     mapping,
     string,
 )

@@ -26,15 +26,13 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import await_only, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
 
-from memstore.extras import missing_extra
+from memstore.extras import needs_extra
 
-try:
+with needs_extra("AsyncMemoryStore", "async"):
     # SQLAlchemy 2.1 checks for greenlet when its asyncio layer is imported, 2.0 only when a
     # statement first runs: ask for it here, so both fail at once, typed.
     import greenlet  # noqa: F401
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-except ImportError as error:
-    raise missing_extra("AsyncMemoryStore", "async", error) from error
 
 from memstore.core.crypto import RowCipher
 from memstore.core.loader import RowRequest

@@ -4,7 +4,6 @@ same statement steps (:mod:`memstore.sql.runners`) and export pages, awaited."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -14,7 +13,6 @@ from memstore.core.export import (
     AppCounts,
     ImportRow,
 )
-from memstore.core.retention import PrunePlan
 from memstore.sql.admin import APP_PAGE, app_ids_page
 from memstore.sql.engine import translated_errors
 from memstore.sql.export import (
@@ -25,8 +23,8 @@ from memstore.sql.export import (
     unowned_queries,
 )
 from memstore.sql.lifecycle import (
-    DisplayScope,
     PruneCounts,
+    PruneDecision,
     Snapshot,
     apply_units,
     count_steps,
@@ -64,25 +62,12 @@ class AsyncSqlRetention:
         with translated_errors("reading history for a prune"):
             return await arun_connected(self.engine, snapshot_steps(app_id, self.cipher))
 
-    async def count(
-        self,
-        plan: PrunePlan,
-        scope: DisplayScope | None,
-        guard_cutoff: datetime | None,
-        app_id: str,
-    ) -> PruneCounts:
+    async def count(self, app_id: str, decision: PruneDecision) -> PruneCounts:
         with translated_errors("counting rows to prune"):
-            steps = count_steps(plan, scope, guard_cutoff, app_id)
-            return await arun_connected(self.engine, steps)
+            return await arun_connected(self.engine, count_steps(app_id, decision))
 
-    async def apply(
-        self,
-        app_id: str,
-        plan: PrunePlan,
-        scope: DisplayScope | None,
-        guard_cutoff: datetime | None,
-    ) -> PruneCounts:
-        units = apply_units(self.engine.dialect, app_id, plan, scope, guard_cutoff)
+    async def apply(self, app_id: str, decision: PruneDecision) -> PruneCounts:
+        units = apply_units(self.engine.dialect, app_id, decision)
         with translated_errors("pruning history"):
             return await arun_in_transactions(self.engine, units)
 

@@ -236,16 +236,14 @@ def snapshot_steps(app_id: str, cipher: RowCipher) -> Steps[Snapshot]:
     return Snapshot(rows, newest_display)
 
 
-def count_steps(
-    plan: PrunePlan, scope: DisplayScope | None, guard_cutoff: datetime | None, app_id: str
-) -> Steps[PruneCounts]:
+def count_steps(app_id: str, decision: PruneDecision) -> Steps[PruneCounts]:
     """What :func:`apply_units` would remove (a dry run), as statement steps."""
     displays = guards = 0
-    if scope is not None:
-        displays = int((yield scope.count(), None).scalar() or 0)
-    if guard_cutoff is not None:
-        guards = int((yield guard_count(app_id, guard_cutoff), None).scalar() or 0)
-    return PruneCounts(plan.drop, displays, guards)
+    if decision.display is not None:
+        displays = int((yield decision.display.count(), None).scalar() or 0)
+    if decision.guard_cutoff is not None:
+        guards = int((yield guard_count(app_id, decision.guard_cutoff), None).scalar() or 0)
+    return PruneCounts(decision.plan.drop, displays, guards)
 
 
 def _batch_steps(
@@ -272,14 +270,11 @@ def _guard_page_steps(app_id: str, cutoff: datetime) -> Steps[int | None]:
 
 
 def apply_units(
-    dialect: Dialect,
-    app_id: str,
-    plan: PrunePlan,
-    scope: DisplayScope | None,
-    guard_cutoff: datetime | None,
+    dialect: Dialect, app_id: str, decision: PruneDecision
 ) -> Generator[Unit, Any, PruneCounts]:
-    """The plan's deletes, oldest first, one short transaction per batch (each yielded
+    """The decision's deletes, oldest first, one short transaction per batch (each yielded
     unit: :func:`memstore.sql.runners.run_in_transactions`)."""
+    plan, scope, guard_cutoff = decision.plan, decision.display, decision.guard_cutoff
     originals = displays = guards = 0
     after: int | None = None
     for batch in plan.batches:
@@ -308,25 +303,13 @@ class SqlRetention:
         with translated_errors("reading history for a prune"):
             return run_connected(self.engine, snapshot_steps(app_id, self.cipher))
 
-    def count(
-        self,
-        plan: PrunePlan,
-        scope: DisplayScope | None,
-        guard_cutoff: datetime | None,
-        app_id: str,
-    ) -> PruneCounts:
+    def count(self, app_id: str, decision: PruneDecision) -> PruneCounts:
         """What :meth:`apply` would remove (a dry run)."""
         with translated_errors("counting rows to prune"):
-            return run_connected(self.engine, count_steps(plan, scope, guard_cutoff, app_id))
+            return run_connected(self.engine, count_steps(app_id, decision))
 
-    def apply(
-        self,
-        app_id: str,
-        plan: PrunePlan,
-        scope: DisplayScope | None,
-        guard_cutoff: datetime | None,
-    ) -> PruneCounts:
-        """Run the plan's deletes, one short transaction per batch, oldest first."""
-        units = apply_units(self.engine.dialect, app_id, plan, scope, guard_cutoff)
+    def apply(self, app_id: str, decision: PruneDecision) -> PruneCounts:
+        """Run the decision's deletes, one short transaction per batch, oldest first."""
+        units = apply_units(self.engine.dialect, app_id, decision)
         with translated_errors("pruning history"):
             return run_in_transactions(self.engine, units)

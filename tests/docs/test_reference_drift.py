@@ -169,6 +169,7 @@ NAMESPACES = (
     "memstore.adapters.openai_agents",
     "memstore.adapters.pydantic_ai",
     "memstore.adapters.google_adk",
+    "memstore.adapters.claude_agent_sdk",
 )
 """Where the first part of a documented name is looked up, in order."""
 

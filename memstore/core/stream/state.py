@@ -3,7 +3,6 @@ model call as their fragments arrive, and the messages the turn has made so far.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,12 +16,9 @@ from memstore.core.reasoning import (
     placed_before,
 )
 from memstore.core.stream.text import has_lone_surrogate, join_parts
+from memstore.core.strict_json import loads_json
 from memstore.errors import IncompleteToolCallError
 from memstore.messages import AiMessage, Message, Reasoning, ToolRequest, ToolResult
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 @dataclass(slots=True)
@@ -61,7 +57,7 @@ class Call:
                 call_id=self.id,
             )
         try:
-            value = json.loads(arguments, parse_constant=_reject_constant)
+            value = loads_json(arguments)
         except ValueError as error:
             raise IncompleteToolCallError(
                 f"arguments of {where} are incomplete or not valid JSON "

@@ -15,6 +15,27 @@ AI message's calls (see :func:`~memstore.adapters._lc_pending.pending`). The thr
 ``configurable.user_id``, when set, is stored on the rows. ``delete_thread`` also purges the
 app in memstore (both histories and its cached window).
 
+The saver has exactly the optional methods of the saver it wraps: ``MemstoreMirrorSaver(inner,
+store)`` becomes an instance of a subclass made once per class of ``inner``, in which every
+:class:`BaseCheckpointSaver` method that ``inner``'s class does not override is
+:class:`BaseCheckpointSaver`'s own (so a capability check such as LangGraph's conformance kit,
+which compares methods with the base class's, gives the wrapped saver's answer). When the inner
+saver has them, ``copy_thread``, ``delete_for_runs`` and ``prune`` (and their ``a*`` twins) keep
+the mirrored apps consistent with what the inner saver keeps:
+
+* ``copy_thread``: the target thread's app is rebuilt (purged, then mirrored) from the copied
+  thread's latest root checkpoint, so it holds the source's messages;
+* ``delete_for_runs``: a thread whose root checkpoints the runs wrote is purged when none is
+  left, and rebuilt from its remaining latest root checkpoint when the deleted ones held
+  messages that checkpoint no longer has;
+* ``prune``: a thread left without a root checkpoint has its app purged (``keep_latest`` keeps
+  the latest state, hence the app).
+
+A rebuilt app holds the messages of that one state: messages a ``RemoveMessage`` trimmed from
+the state earlier are not in it any more. Apps are named by ``thread_app`` as for
+``delete_thread``; the user id of a rebuilt app is taken from the checkpoint's metadata (where
+LangGraph copies the ``configurable`` values).
+
 Which messages are stored is decided from the app's rows, which carry each message's
 LangChain id (see :mod:`memstore.adapters._lc_ledger`): the first time a process mirrors a
 thread it reads the ids of the app's whole history once, and every write then checks, in its
@@ -27,9 +48,10 @@ checkpoint value is not a list of messages (a LangGraph ``DeltaChannel``) is not
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+import threading
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from memstore.errors import InvalidInputError
 from memstore.extras import needs_extra
@@ -42,6 +64,7 @@ with needs_extra(__name__, "langchain"):
         ChannelVersions,
         Checkpoint,
         CheckpointMetadata,
+        CheckpointTuple,
     )
 
 from memstore.adapters._history import Store, StoreAccess
@@ -90,6 +113,80 @@ def _forwarded(name: str) -> Any:
     return forward
 
 
+_INNER_METHODS = (
+    "put",
+    "aput",
+    "put_writes",
+    "aput_writes",
+    "get_tuple",
+    "aget_tuple",
+    "list",
+    "alist",
+    "delete_thread",
+    "adelete_thread",
+    "delete_for_runs",
+    "adelete_for_runs",
+    "copy_thread",
+    "acopy_thread",
+    "prune",
+    "aprune",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+    "get_next_version",
+)
+"""The :class:`BaseCheckpointSaver` methods the mirror saver has only when the inner saver's
+class overrides them."""
+
+_CLASSES: dict[tuple[type, type], type] = {}
+_CLASSES_LOCK = threading.Lock()
+
+
+def _overrides(saver_type: type, name: str) -> bool:
+    return getattr(saver_type, name, None) is not getattr(BaseCheckpointSaver, name, None)
+
+
+def _specialized(cls: type[MemstoreMirrorSaver], inner_type: type) -> type[MemstoreMirrorSaver]:
+    """``cls`` with :class:`BaseCheckpointSaver`'s own method for each of
+    :data:`_INNER_METHODS` that ``inner_type`` does not override (and ``cls`` does not
+    redefine either), made once per pair."""
+    cls = cls.__dict__.get("_mirror_base", cls)
+    with _CLASSES_LOCK:
+        made = _CLASSES.get((cls, inner_type))
+        if made is None:
+            namespace: dict[str, Any] = {
+                name: getattr(BaseCheckpointSaver, name)
+                for name in _INNER_METHODS
+                if hasattr(BaseCheckpointSaver, name)
+                and not _overrides(inner_type, name)
+                and getattr(cls, name) is MemstoreMirrorSaver.__dict__[name]
+            }
+            namespace.update(
+                __module__=cls.__module__,
+                __qualname__=cls.__qualname__,
+                __doc__=cls.__doc__,
+                _mirror_base=cls,
+            )
+            made = _CLASSES[(cls, inner_type)] = type(cls.__name__, (cls,), namespace)
+    return made
+
+
+class _Ops(NamedTuple):
+    """The calls of one flavour (sync or async) the thread-maintenance steps make."""
+
+    get_tuple: Callable[[RunnableConfig], Any]
+    run_checkpoints: Callable[[str], Any]
+    purge: Callable[[str], Any]
+    mirror: Callable[..., Any]
+
+
+def _root(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+def _ids(messages: Sequence[BaseMessage] | None) -> set[str]:
+    return {m.id for m in messages or () if m.id is not None}
+
+
 def config_keys(config: RunnableConfig) -> tuple[str | int, str | None]:
     """The default keys: ``configurable.thread_id`` and ``configurable.user_id``."""
     configurable = config.get("configurable", {})
@@ -128,6 +225,7 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
         thread_app: Callable[[str], str | int] | None = None,
         max_apps: int = MIRROR_APPS,
     ) -> None:
+        self.__class__ = _specialized(type(self), type(inner))
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.keys = keys or config_keys
@@ -153,6 +251,9 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
             return None  # a subgraph's checkpoint: its messages are not the thread's
         if self.channel not in new_versions:
             return None
+        return self._state_messages(checkpoint)
+
+    def _state_messages(self, checkpoint: Checkpoint) -> list[BaseMessage] | None:
         value = checkpoint["channel_values"].get(self.channel)
         if not isinstance(value, list) or not all(isinstance(m, BaseMessage) for m in value):
             return None
@@ -190,9 +291,87 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
 
     def _forget(self, thread_id: str) -> str:
         """The app of ``thread_id`` (see ``thread_app``), forgotten by the mirror."""
-        app_id = normalize_app_id(self._thread_app(thread_id), what="thread_id")
+        app_id = self._app_of(thread_id)
         self._ledger.forget(app_id)
         return app_id
+
+    def _app_of(self, thread_id: str) -> str:
+        return normalize_app_id(self._thread_app(thread_id), what="thread_id")
+
+    # -- keeping apps consistent with the inner saver's threads ----------------------------------
+
+    def _sync_ops(self) -> _Ops:
+        def run_checkpoints(run_id: str) -> list[CheckpointTuple]:
+            return list(self.inner.list(None, filter={"run_id": run_id}))
+
+        return _Ops(self.inner.get_tuple, run_checkpoints, self._access.purge, mirror)
+
+    def _async_ops(self) -> _Ops:
+        async def run_checkpoints(run_id: str) -> list[CheckpointTuple]:
+            return [t async for t in self.inner.alist(None, filter={"run_id": run_id})]
+
+        return _Ops(self.inner.aget_tuple, run_checkpoints, self._access.apurge, amirror)
+
+    def _user_of(self, latest: CheckpointTuple, thread_id: str) -> str | None:
+        """The user id ``keys`` gives for the checkpoint's metadata (LangGraph copies the
+        scalar ``configurable`` values there); ``None`` when it gives none."""
+        configurable: dict[str, Any] = {
+            k: v for k, v in latest.metadata.items() if isinstance(v, str | int | float | bool)
+        }
+        configurable["thread_id"] = thread_id
+        try:
+            return normalize_user_id(self.keys({"configurable": configurable})[1])
+        except Exception:  # the keys function needs more than the metadata holds
+            return None
+
+    def _rebuild_steps(
+        self, ops: _Ops, thread_id: str, app_id: str, latest: CheckpointTuple | None
+    ) -> Steps[None]:
+        """Purge the app, then mirror the messages of ``latest`` (the thread's latest root
+        checkpoint, if any) into it."""
+        self._ledger.forget(app_id)
+        yield partial(ops.purge, app_id)
+        messages = None if latest is None else self._state_messages(latest.checkpoint)
+        if messages and latest is not None:
+            user_id = self._user_of(latest, thread_id)
+            yield partial(ops.mirror, self._access, self._ledger, app_id, user_id, messages)
+
+    def _copy_steps(
+        self, ops: _Ops, copy: Callable[[str, str], Any], source: str, target: str
+    ) -> Steps[None]:
+        app_id = self._app_of(target)
+        yield partial(copy, source, target)
+        latest = yield partial(ops.get_tuple, _root(target))
+        yield from self._rebuild_steps(ops, target, app_id, latest)
+
+    def _runs_steps(
+        self, ops: _Ops, delete: Callable[[Sequence[str]], Any], run_ids: Sequence[str]
+    ) -> Steps[None]:
+        dropped: dict[str, set[str]] = {}  # thread id -> ids in its deleted root checkpoints
+        for run_id in run_ids:
+            found: list[CheckpointTuple] = yield partial(ops.run_checkpoints, run_id)
+            for item in found:
+                configurable = item.config.get("configurable", {})
+                if not configurable.get("checkpoint_ns", ""):
+                    ids = _ids(self._state_messages(item.checkpoint))
+                    dropped.setdefault(configurable["thread_id"], set()).update(ids)
+        apps = {thread_id: self._app_of(thread_id) for thread_id in dropped}
+        yield partial(delete, run_ids)
+        for thread_id, ids in dropped.items():
+            latest = yield partial(ops.get_tuple, _root(thread_id))
+            kept = None if latest is None else _ids(self._state_messages(latest.checkpoint))
+            if kept is None or ids - kept:
+                yield from self._rebuild_steps(ops, thread_id, apps[thread_id], latest)
+
+    def _prune_steps(
+        self, ops: _Ops, prune: Callable[..., Any], thread_ids: Sequence[str], strategy: str
+    ) -> Steps[None]:
+        apps = {thread_id: self._app_of(thread_id) for thread_id in thread_ids}
+        yield partial(prune, thread_ids, strategy=strategy)
+        for thread_id, app_id in apps.items():
+            latest = yield partial(ops.get_tuple, _root(thread_id))
+            if latest is None:
+                yield from self._rebuild_steps(ops, thread_id, app_id, None)
 
     def _thread_app(self, thread_id: str) -> str | int:
         if self.thread_app is not None:
@@ -214,12 +393,6 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
     alist = _forwarded("alist")
     put_writes = _forwarded("put_writes")
     aput_writes = _forwarded("aput_writes")
-    delete_for_runs = _forwarded("delete_for_runs")
-    adelete_for_runs = _forwarded("adelete_for_runs")
-    copy_thread = _forwarded("copy_thread")
-    acopy_thread = _forwarded("acopy_thread")
-    prune = _forwarded("prune")
-    aprune = _forwarded("aprune")
     get_delta_channel_history = _forwarded("get_delta_channel_history")
     aget_delta_channel_history = _forwarded("aget_delta_channel_history")
     get_next_version = _forwarded("get_next_version")
@@ -258,6 +431,44 @@ class MemstoreMirrorSaver(BaseCheckpointSaver[Any]):
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread` as a coroutine."""
         steps = self._delete_steps(self.inner.adelete_thread, self._access.apurge, thread_id)
+        await adrive(steps, acall)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """The inner saver's ``copy_thread``, then the target's app rebuilt from the target's
+        latest root checkpoint (the source's messages)."""
+        steps = self._copy_steps(
+            self._sync_ops(), self.inner.copy_thread, source_thread_id, target_thread_id
+        )
+        drive(steps, call)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread` as a coroutine."""
+        steps = self._copy_steps(
+            self._async_ops(), self.inner.acopy_thread, source_thread_id, target_thread_id
+        )
+        await adrive(steps, acall)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """The inner saver's ``delete_for_runs``; then each thread the runs wrote root
+        checkpoints of has its app purged (none left) or rebuilt from its remaining latest
+        root checkpoint (when the deleted ones held messages it no longer has)."""
+        steps = self._runs_steps(self._sync_ops(), self.inner.delete_for_runs, run_ids)
+        drive(steps, call)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs` as a coroutine."""
+        steps = self._runs_steps(self._async_ops(), self.inner.adelete_for_runs, run_ids)
+        await adrive(steps, acall)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """The inner saver's ``prune``; then the app of each thread left without a root
+        checkpoint is purged."""
+        steps = self._prune_steps(self._sync_ops(), self.inner.prune, thread_ids, strategy)
+        drive(steps, call)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune` as a coroutine."""
+        steps = self._prune_steps(self._async_ops(), self.inner.aprune, thread_ids, strategy)
         await adrive(steps, acall)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> MemstoreMirrorSaver:

@@ -28,6 +28,7 @@ EXTRAS: dict[str, str] = {
     "pydantic-ai": "pydantic-ai-slim",
     "google-adk": "google-adk",
     "claude-agent-sdk": "claude-agent-sdk",
+    "agent-framework": "agent-framework-core",
     "otel": "opentelemetry-api",
     "crypto": "cryptography",
 }

@@ -170,6 +170,7 @@ NAMESPACES = (
     "memstore.adapters.pydantic_ai",
     "memstore.adapters.google_adk",
     "memstore.adapters.claude_agent_sdk",
+    "memstore.adapters.agent_framework",
 )
 """Where the first part of a documented name is looked up, in order."""
 

@@ -51,6 +51,7 @@ MODULE_EXTRAS = {
     "memstore.adapters._adk_convert": "google-adk",
     "memstore.adapters._adk_state": "google-adk",
     "memstore.adapters.claude_agent_sdk": "claude-agent-sdk",
+    "memstore.adapters.agent_framework": "agent-framework",
 }
 """The memstore modules that need an extra to import; every other module needs the core only
 (another extra may bring what one needs along: ``asyncpg`` installs greenlet too)."""
@@ -61,6 +62,7 @@ EXAMPLES = {
     "pydantic-ai": ("pydantic_ai_conversation.py", ["The sum is 3.", "Doubled: 6."]),
     "google-adk": ("google_adk_session.py", ["The sum is 3.", "Doubled: 6."]),
     "claude-agent-sdk": ("claude_agent_sdk_session.py", ["Resumed 4 entries", "doubled: 6"]),
+    "agent-framework": ("agent_framework_history.py", ["The sum is 3.", "Doubled: 6."]),
 }
 """Extra -> the example that needs only it, and lines its output must contain."""
 

@@ -907,6 +907,7 @@ def hot(
                 client.lpush(f"message_store:hot-{app}", record)
         calls["LangChain RedisChatMessageHistory"] = lambda: history.messages
         peers.append("LangChain RedisChatMessageHistory")
+        closers.append(history.redis_client.close)
     key = keys.window_key(app)
     raw_key = "raw LRANGE"
     calls[raw_key] = lambda: client.lrange(key, 0, -1)

@@ -303,7 +303,8 @@ def test_state_scopes_listing_and_delete(env: AdapterEnv) -> None:
             assert count(env, table, table.c.app_id, app_id) == 0
         assert count(env, adk_state, adk_state.c.session_id, one.id) == 0
         if env.cache == "redis":
-            assert redis_client().exists(*app_keys(app_id)) == 0
+            with redis_client() as client:
+                assert client.exists(*app_keys(app_id)) == 0
         window = (
             await base.memory(app_id).messages() if env.is_async else base.memory(app_id).messages()
         )

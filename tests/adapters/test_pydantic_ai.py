@@ -292,7 +292,8 @@ def test_delete_leaves_no_row_and_no_cache_key(env: AdapterEnv, app_id: str) -> 
             assert count_rows(env, table, table.c.app_id, app_id) == 0
         assert count_rows(env, conversations, conversations.c.conversation_id, app_id) == 0
         if env.cache == "redis":
-            assert redis_client().exists(*app_keys(app_id)) == 0
+            with redis_client() as client:
+                assert client.exists(*app_keys(app_id)) == 0
         assert await cached() == []
         fork = await store.load(fork_id)  # the fork keeps its own copy
         assert fork is not None and len(fork.messages) > 0

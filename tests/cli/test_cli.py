@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 import pytest
+import redis
 import sqlalchemy as sa
 from click.testing import CliRunner
 
@@ -32,7 +34,7 @@ from memstore.core.rows import original_row
 from memstore.core.validate import validate
 from memstore.ids import MAX_WORKER_ID, shared_generator
 from memstore.sql.schema import display, original
-from tests.conftest import POSTGRES_URL, REDIS_URL, redis_client
+from tests.conftest import POSTGRES_URL, REDIS_URL, redis_client, require_redis
 
 TURN = [
     UserMessage(text="make a file"),
@@ -42,13 +44,20 @@ TURN = [
 ]
 
 
+@pytest.fixture
+def real_redis() -> Iterator[redis.Redis]:
+    """A client of the real test Redis, closed after the test."""
+    with redis_client() as client:
+        yield client
+
+
 @pytest.fixture(params=["sqlite", "sqlite+redis", "postgres+redis"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The database URL; the ``+redis`` variants also point MEMSTORE_REDIS_URL (which the
     CLI's ``--redis-url`` defaults to) at the real Redis."""
     database, _, cache = request.param.partition("+")
     if cache:
-        redis_client()  # skips when MEMSTORE_TEST_REDIS_URL is unset, fails when unreachable
+        require_redis()  # skips when MEMSTORE_TEST_REDIS_URL is unset, fails when unreachable
         monkeypatch.setenv("MEMSTORE_REDIS_URL", REDIS_URL or "")
     else:
         monkeypatch.delenv("MEMSTORE_REDIS_URL", raising=False)
@@ -233,8 +242,10 @@ def test_show_executions_and_guard_marks(seeded: MemoryStore, db_url: str, app_i
 
 
 @pytest.mark.parametrize("db_url", ["sqlite+redis", "postgres+redis"], indirect=True)
-def test_purge_leaves_no_cache_key_behind(seeded: MemoryStore, db_url: str, app_id: str) -> None:
-    client = redis_client()
+def test_purge_leaves_no_cache_key_behind(
+    seeded: MemoryStore, db_url: str, app_id: str, real_redis: redis.Redis
+) -> None:
+    client = real_redis
     assert run(db_url, "reload", app_id)[0] == 0
     assert run(db_url, "reload", app_id + "-other")[0] == 0
     assert client.exists(keys.window_key(app_id)) == 1
@@ -244,7 +255,9 @@ def test_purge_leaves_no_cache_key_behind(seeded: MemoryStore, db_url: str, app_
 
 
 @pytest.mark.parametrize("db_url", ["sqlite+redis", "postgres+redis"], indirect=True)
-def test_console_script_on_real_services(seeded: MemoryStore, db_url: str, app_id: str) -> None:
+def test_console_script_on_real_services(
+    seeded: MemoryStore, db_url: str, app_id: str, real_redis: redis.Redis
+) -> None:
     """The installed script end to end on PostgreSQL/SQLite with the real Redis: reload fills
     the window key, a purge writes its audit line and leaves no row and no key behind."""
     exe = shutil.which("memstore")
@@ -261,7 +274,7 @@ def test_console_script_on_real_services(seeded: MemoryStore, db_url: str, app_i
             timeout=120,
         )
 
-    client = redis_client()
+    client = real_redis
     done = script("reload", app_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["reports"][0]["cached"] is True
@@ -294,10 +307,6 @@ def test_reload_all_in_worker_processes_reports_what_one_process_reports(
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-# its seeding allocates enough to start a full garbage collection, which in the whole suite
-# finalizes a Redis socket an earlier test left unclosed (seen once in CI, source not found
-# yet); that warning is not this test's
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_ctrl_c_stops_reload_all_cleanly_with_a_report(tmp_path: Path, workers: str) -> None:
     url = f"sqlite:///{tmp_path / 'many.db'}"
     store = MemoryStore(Settings(database_url=url))

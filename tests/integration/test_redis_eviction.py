@@ -17,7 +17,13 @@ from memstore.cache.base import WindowPolicy
 from memstore.cache.keys import interrupted_key, window_key
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.core.window import INTERRUPTED_TEXT
-from tests.conftest import DATABASES, SESSION_WORKER_ID, migrated_engine, redis_client
+from tests.conftest import (
+    DATABASES,
+    SESSION_WORKER_ID,
+    migrated_engine,
+    redis_client,
+    require_redis,
+)
 from tests.integration.conftest import RedisServer
 
 POLICY = WindowPolicy(max_messages=50, ttl_seconds=3600)
@@ -50,7 +56,7 @@ def test_a_lost_interrupted_set_never_hides_the_real_result(
 ) -> None:
     engine = migrated_engine(database, tmp_path_factory)
     client = fakeredis.FakeRedis() if client_kind == "fakeredis" else redis_client()
-    cache = RedisWindowCache(client, POLICY)
+    cache = RedisWindowCache(client, POLICY, owns_client=True)
     store = MemoryStore(Settings(worker_id=SESSION_WORKER_ID), engine=engine, cache=cache)
     app = f"evict-{uuid.uuid4().hex[:8]}"
     try:
@@ -61,17 +67,18 @@ def test_a_lost_interrupted_set_never_hides_the_real_result(
     finally:
         store.purge(app)
         store.close()
+        cache.close()  # a cache passed in stays open when the store closes
 
 
 def test_under_maxmemory_eviction_every_real_result_is_served(
     private_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    redis_client().close()  # a real-Redis test: skipped without MEMSTORE_TEST_REDIS_URL
+    require_redis()  # a real-Redis test: skipped without MEMSTORE_TEST_REDIS_URL
     admin = private_redis.client()
     admin.config_set("maxmemory", "4mb")
     admin.config_set("maxmemory-policy", "allkeys-random")
     engine = migrated_engine("sqlite", tmp_path_factory)
-    cache = RedisWindowCache(redis.Redis.from_url(private_redis.url), POLICY)
+    cache = RedisWindowCache(redis.Redis.from_url(private_redis.url), POLICY, owns_client=True)
     store = MemoryStore(Settings(worker_id=SESSION_WORKER_ID), engine=engine, cache=cache)
     apps = [f"evict-{uuid.uuid4().hex[:8]}" for _ in range(60)]
     try:
@@ -95,4 +102,5 @@ def test_under_maxmemory_eviction_every_real_result_is_served(
         for app in apps:
             store.purge(app)
         store.close()
+        cache.close()
         admin.close()

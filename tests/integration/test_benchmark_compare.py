@@ -3,6 +3,8 @@ its table and targets. Nothing is timed or compared here; the numbers are not ch
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 pytest.importorskip("benchmarks.compare")
@@ -30,6 +32,17 @@ def test_tiny_compare_run_prints_every_measure() -> None:
     assert "sqlite: durable 20-message turn" in text
     assert "8 writers" in text
     assert any(check.what == "async / sync" for check in report.checks)
+    checked = {(check.scope, check.what) for check in report.checks}
+    turn, writers = "sqlite: durable 20-message turn", "sqlite: 20-message turn, 8 writers"
+    assert (turn, "memstore append / raw") in checked
+    if compare.have("agents.memory.sqlite_session"):  # issue 29's peer targets
+        assert (turn, "memstore append / Agents SQLiteSession") in checked
+        assert (writers, "memstore / Agents SQLiteSession") in checked
+    if shutil.which("redis-server"):
+        assert (turn, "Redis window update / no-op EVALSHA") in checked
+        whats = {what for _scope, what in checked}
+        assert "memstore reload / raw floor" in whats
+        assert any(what.endswith("/ one process") for what in whats)
 
 
 def test_the_documented_smoke_run_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from memstore import MemoryStore, Settings
 from memstore.aio import AsyncMemoryStore
-from tests.conftest import REDIS_URL, migrated_engine, redis_client
+from tests.conftest import REDIS_URL, migrated_engine, require_redis
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ def env(
 ) -> Iterator[AdapterEnv]:
     flavor, db, cache = request.param
     if cache == "redis":
-        redis_client().close()  # skip when unset, fail when set but down
+        require_redis()  # skip when unset, fail when set but down
     engine = migrated_engine(db, tmp_path_factory)
     adapter_env = AdapterEnv(flavor, db, cache, engine.url.render_as_string(hide_password=False))
     yield adapter_env

@@ -31,7 +31,7 @@ from memstore.aio import AsyncMemoryStore
 from memstore.cache.memory_cache import NoWindowCache
 from memstore.messages import Message
 from memstore.sql import leases as sql_leases
-from tests.conftest import REDIS_URL, redis_client
+from tests.conftest import REDIS_URL, require_redis
 from tests.integration.cancelling import Counted, cancel_at, wait_writable
 
 MAX_STEPS = 400
@@ -76,7 +76,7 @@ class Env:
 def env(scratch_database_url: str, cache: str) -> Iterator[Env]:
     redis_url = None
     if cache == "redis":
-        redis_client().close()  # skips without MEMSTORE_TEST_REDIS_URL, fails if it is down
+        require_redis()  # skips without MEMSTORE_TEST_REDIS_URL, fails if it is down
         redis_url = REDIS_URL
     with MemoryStore(Settings(database_url=scratch_database_url, worker_id=1022)) as store:
         store.migrate()

@@ -26,7 +26,7 @@ from memstore import (
 )
 from memstore.aio import AsyncMemoryStore
 from memstore.store_base import retry_probe
-from tests.conftest import REDIS_URL, SESSION_WORKER_ID, migrated_engine, redis_client
+from tests.conftest import REDIS_URL, SESSION_WORKER_ID, migrated_engine, require_redis
 from tests.integration.tcp_proxy import CommitCutter
 
 SERVERS = ["postgres", "mysql"]
@@ -37,7 +37,7 @@ def proxied(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str, CommitCutter]]:
     """(direct URL, URL through a commit cutter, the cutter) for one database server."""
-    redis_client().close()  # the windows live in the real Redis: skip when unset, fail when down
+    require_redis()  # the windows live in the real Redis: skip when unset, fail when down
     url = migrated_engine(request.param, tmp_path_factory).url
     cutter = CommitCutter(url.host or "127.0.0.1", url.port or 0)
     through = url.set(host="127.0.0.1", port=cutter.port)

@@ -31,7 +31,13 @@ from memstore.cache.base import WindowPolicy
 from memstore.cache.redis_window import RedisWindowCache
 from memstore.core.window import WindowEntry
 from memstore.messages import AiMessage, Message, UserMessage
-from tests.conftest import REDIS_URL, SESSION_WORKER_ID, migrated_engine, redis_client
+from tests.conftest import (
+    REDIS_URL,
+    SESSION_WORKER_ID,
+    migrated_engine,
+    redis_client,
+    require_redis,
+)
 
 WINDOW = 8
 
@@ -44,7 +50,7 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(params=["fakeredis", "redis"])
 def redis_kind(request: pytest.FixtureRequest) -> str:
     if request.param == "redis":
-        redis_client().close()  # skips (or fails) like every real-Redis test
+        require_redis()  # skips (or fails) like every real-Redis test
     return str(request.param)
 
 

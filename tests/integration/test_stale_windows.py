@@ -25,7 +25,13 @@ from memstore import MemoryStore, Settings
 from memstore.aio import AsyncMemoryStore
 from memstore.cache import keys
 from memstore.sql.schema import app_generation
-from tests.conftest import REDIS_URL, SESSION_WORKER_ID, migrated_engine, redis_client
+from tests.conftest import (
+    REDIS_URL,
+    SESSION_WORKER_ID,
+    migrated_engine,
+    redis_client,
+    require_redis,
+)
 from tests.integration.stale_writer import serve
 from tests.integration.tcp_proxy import TcpProxy
 
@@ -43,7 +49,7 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture
 def proxy() -> Iterator[TcpProxy]:
-    redis_client().close()  # skips (or fails) like every real-Redis test
+    require_redis()  # skips (or fails) like every real-Redis test
     assert REDIS_URL is not None
     url = make_url(REDIS_URL.replace("redis://", "redis+x://", 1))
     server = TcpProxy(url.host or "127.0.0.1", url.port or 6379)

@@ -26,17 +26,10 @@ with needs_extra("memstore.adapters.langchain", "langchain"):
     from langchain_core.messages import SystemMessage as LcSystemMessage
     from langchain_core.messages.tool import invalid_tool_call, tool_call
 
+import memstore.messages as msg
 from memstore.adapters._batch import OPAQUE_MARK, opaque
 from memstore.adapters._lc_reasoning import reasoning_of
 from memstore.errors import InvalidMessageError
-from memstore.messages import (
-    AiMessage,
-    Message,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
-)
 
 LANGCHAIN_KEY = "langchain_message"
 """The ``metadata`` key holding the message as langchain's ``message_to_dict`` gives it."""
@@ -101,8 +94,8 @@ def _raw_arguments(message: AIMessage, call_id: str, args: dict[str, Any]) -> st
     return json.dumps(args, ensure_ascii=False)
 
 
-def _requests(message: AIMessage) -> list[ToolRequest]:
-    requests: list[ToolRequest] = []
+def _requests(message: AIMessage) -> list[msg.ToolRequest]:
+    requests: list[msg.ToolRequest] = []
     seen: set[str] = set()
     for call in message.tool_calls:
         call_id, name = call.get("id"), call.get("name")
@@ -112,11 +105,11 @@ def _requests(message: AIMessage) -> list[ToolRequest]:
             continue
         seen.add(call_id)
         arguments = _raw_arguments(message, call_id, call["args"])
-        requests.append(ToolRequest(id=call_id, name=name, arguments=arguments))
+        requests.append(msg.ToolRequest(id=call_id, name=name, arguments=arguments))
     return requests
 
 
-def to_canonical(message: BaseMessage) -> Message:
+def to_canonical(message: BaseMessage) -> msg.Message:
     """The canonical row of a LangChain message (the message itself in ``metadata``)."""
     if not isinstance(message, BaseMessage):
         raise InvalidMessageError(f"expected a langchain BaseMessage, got {type(message).__name__}")
@@ -124,13 +117,13 @@ def to_canonical(message: BaseMessage) -> Message:
     metadata: dict[str, Any] = {LANGCHAIN_KEY: record}
     text = _text(message.content)
     if isinstance(message, HumanMessage):
-        return UserMessage(text=text, metadata=metadata)
+        return msg.UserMessage(text=text, metadata=metadata)
     if isinstance(message, LcSystemMessage):
-        return SystemMessage(text=text, metadata=metadata)
+        return msg.SystemMessage(text=text, metadata=metadata)
     if isinstance(message, AIMessage):
         requests = _requests(message)
         data = record.get("data")
-        return AiMessage(
+        return msg.AiMessage(
             text=None if requests and not text else text,
             tool_requests=requests,
             reasoning=reasoning_of(data, requests) if isinstance(data, dict) else (),
@@ -139,7 +132,7 @@ def to_canonical(message: BaseMessage) -> Message:
     if isinstance(message, ToolMessage):
         if not message.tool_call_id:
             return opaque(metadata)
-        return ToolResult(
+        return msg.ToolResult(
             id=message.tool_call_id,
             tool_name=message.name or "",
             text=text,
@@ -149,15 +142,15 @@ def to_canonical(message: BaseMessage) -> Message:
     if isinstance(message, ChatMessage):
         role = message.role.lower()
         if role in _USER_ROLES:
-            return UserMessage(text=text, metadata=metadata)
+            return msg.UserMessage(text=text, metadata=metadata)
         if role in _AI_ROLES:
-            return AiMessage(text=text, metadata=metadata)
+            return msg.AiMessage(text=text, metadata=metadata)
         if role in _SYSTEM_ROLES:
-            return SystemMessage(text=text, metadata=metadata)
+            return msg.SystemMessage(text=text, metadata=metadata)
     return opaque(metadata)
 
 
-def record_to_canonical(record: dict[str, Any]) -> Message:
+def record_to_canonical(record: dict[str, Any]) -> msg.Message:
     """The canonical row of a message stored as langchain's ``message_to_dict`` JSON (as
     ``SQLChatMessageHistory`` keeps it). Raises what ``messages_from_dict`` raises for a
     record langchain cannot read (``KeyError``, ``TypeError``, ``ValueError``)."""
@@ -167,11 +160,11 @@ def record_to_canonical(record: dict[str, Any]) -> Message:
 # -- canonical -> LangChain ------------------------------------------------------------------------
 
 
-def _foreign_metadata(message: Message) -> dict[str, Any]:
+def _foreign_metadata(message: msg.Message) -> dict[str, Any]:
     return {FOREIGN_KEY: dict(message.metadata)} if message.metadata else {}
 
 
-def _ai_message(message: AiMessage) -> AIMessage:
+def _ai_message(message: msg.AiMessage) -> AIMessage:
     calls = []
     invalid = []
     for request in message.tool_requests:
@@ -198,18 +191,18 @@ def _ai_message(message: AiMessage) -> AIMessage:
     )
 
 
-def from_canonical(message: Message) -> BaseMessage | None:
+def from_canonical(message: msg.Message) -> BaseMessage | None:
     """The LangChain message of a row; ``None`` for another adapter's opaque row."""
     record = message.metadata.get(LANGCHAIN_KEY)
     if isinstance(record, dict):
         return messages_from_dict([record])[0]
     if message.metadata.get(OPAQUE_MARK):
         return None
-    if isinstance(message, UserMessage):
+    if isinstance(message, msg.UserMessage):
         return HumanMessage(content=message.text, response_metadata=_foreign_metadata(message))
-    if isinstance(message, SystemMessage):
+    if isinstance(message, msg.SystemMessage):
         return LcSystemMessage(content=message.text, response_metadata=_foreign_metadata(message))
-    if isinstance(message, ToolResult):
+    if isinstance(message, msg.ToolResult):
         return ToolMessage(
             content=message.text,
             tool_call_id=message.id,
@@ -220,7 +213,7 @@ def from_canonical(message: Message) -> BaseMessage | None:
     return _ai_message(message)
 
 
-def from_rows(messages: Iterable[Message]) -> list[BaseMessage]:
+def from_rows(messages: Iterable[msg.Message]) -> list[BaseMessage]:
     out: list[BaseMessage] = []
     for message in messages:
         converted = from_canonical(message)
@@ -229,13 +222,13 @@ def from_rows(messages: Iterable[Message]) -> list[BaseMessage]:
     return out
 
 
-def is_orphan_result(message: Message, converted: BaseMessage) -> bool:
+def is_orphan_result(message: msg.Message, converted: BaseMessage) -> bool:
     """A tool result stored opaquely because its call was never stored: in a window it would
     reach the model as a tool result without its call, which the providers refuse."""
     return isinstance(converted, ToolMessage) and bool(message.metadata.get(OPAQUE_MARK))
 
 
-def window_rows(window: Iterable[Message]) -> list[BaseMessage]:
+def window_rows(window: Iterable[msg.Message]) -> list[BaseMessage]:
     """The LangChain messages of an edge-checked window: opaque orphan results left out."""
     out: list[BaseMessage] = []
     for message in window:

@@ -32,6 +32,7 @@ with needs_extra(__name__, "pydantic-ai"):
         UserPromptPart,
     )
 
+import memstore.messages as msg
 from memstore.adapters._batch import distinct_requests, opaque
 from memstore.core.check import REPAIR_MARK
 from memstore.core.reasoning import (
@@ -47,15 +48,6 @@ from memstore.core.reasoning import (
     thinking_part,
 )
 from memstore.core.window import is_synthetic
-from memstore.messages import (
-    AiMessage,
-    Message,
-    Reasoning,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
-)
 
 PYDANTIC_AI_KEY = "pydantic_ai"
 """The ``metadata`` key holding a row's pydantic-ai parts and its message's other fields."""
@@ -93,7 +85,7 @@ def _user_text(part: UserPromptPart) -> str:
     return "".join(item if isinstance(item, str) else f"[{item.kind}]" for item in part.content)
 
 
-def _thinking(part: ThinkingPart) -> Reasoning | None:
+def _thinking(part: ThinkingPart) -> msg.Reasoning | None:
     """The part pydantic-ai replays to its provider, as memstore keeps it; ``None`` for thinking
     no provider takes back (no signature, another provider: it stays in the metadata copy).
     A Responses reasoning item spread over several parts (one per summary) is merged by the
@@ -116,7 +108,7 @@ def _thinking(part: ThinkingPart) -> Reasoning | None:
     return None
 
 
-def _merged(first: Reasoning, more: Reasoning) -> Reasoning:
+def _merged(first: msg.Reasoning, more: msg.Reasoning) -> msg.Reasoning:
     """One Responses reasoning item from two of its parts (the next summary of the same id)."""
     summary = [*first.extra.get("summary", ()), *more.extra.get("summary", ())]
     texts = [entry["text"] for entry in summary]
@@ -128,10 +120,10 @@ def _merged(first: Reasoning, more: Reasoning) -> Reasoning:
     )
 
 
-def _reasoning(message: ModelResponse, calls: list[ToolRequest]) -> list[Reasoning]:
+def _reasoning(message: ModelResponse, calls: list[msg.ToolRequest]) -> list[msg.Reasoning]:
     """The response's thinking, in order; a part after text or a call is placed before the
     next call (the order pydantic-ai replays the parts in)."""
-    out: list[Reasoning] = []
+    out: list[msg.Reasoning] = []
     unplaced: list[int] = []
     """Positions in ``out`` of parts after text or a call, waiting for the next call."""
     seen_output = False
@@ -161,25 +153,27 @@ def _reasoning(message: ModelResponse, calls: list[ToolRequest]) -> list[Reasoni
     return out
 
 
-def _response_row(message: ModelResponse, meta: Callable[[list[int]], dict[str, Any]]) -> Message:
+def _response_row(
+    message: ModelResponse, meta: Callable[[list[int]], dict[str, Any]]
+) -> msg.Message:
     texts = [part.content for part in message.parts if isinstance(part, TextPart)]
     calls = distinct_requests(
-        ToolRequest(id=part.tool_call_id, name=part.tool_name, arguments=_arguments(part))
+        msg.ToolRequest(id=part.tool_call_id, name=part.tool_name, arguments=_arguments(part))
         for part in message.parts
         if isinstance(part, ToolCallPart) and part.part_kind == "tool-call"
     )
     every = meta(list(range(len(message.parts))))
     text = "".join(texts) if texts else None
     if calls or text:
-        return AiMessage(
+        return msg.AiMessage(
             text=text, tool_requests=calls, reasoning=_reasoning(message, calls), metadata=every
         )
     return opaque(every)
 
 
-def _request_row(part: object, metadata: dict[str, Any]) -> Message:
+def _request_row(part: object, metadata: dict[str, Any]) -> msg.Message:
     if isinstance(part, ToolReturnPart):
-        return ToolResult(
+        return msg.ToolResult(
             id=part.tool_call_id,
             tool_name=part.tool_name,
             text=part.model_response_str(),
@@ -187,7 +181,7 @@ def _request_row(part: object, metadata: dict[str, Any]) -> Message:
             metadata=metadata,
         )
     if isinstance(part, RetryPromptPart) and part.tool_name is not None:
-        return ToolResult(
+        return msg.ToolResult(
             id=part.tool_call_id,
             tool_name=part.tool_name,
             text=part.model_response(),
@@ -195,13 +189,13 @@ def _request_row(part: object, metadata: dict[str, Any]) -> Message:
             metadata=metadata,
         )
     if isinstance(part, UserPromptPart):
-        return UserMessage(text=_user_text(part), metadata=metadata)
+        return msg.UserMessage(text=_user_text(part), metadata=metadata)
     if isinstance(part, SystemPromptPart):
-        return SystemMessage(text=part.content, metadata=metadata)
+        return msg.SystemMessage(text=part.content, metadata=metadata)
     return opaque(metadata)
 
 
-def entry_to_messages(entry: ConversationEntry) -> list[Message]:
+def entry_to_messages(entry: ConversationEntry) -> list[msg.Message]:
     """The canonical rows of one entry, each carrying its parts in ``metadata``."""
     data = _MESSAGE.dump_python(entry.message, mode="json")
     parts: list[Any] = data.pop("parts")
@@ -226,7 +220,7 @@ class _Building:
 
 
 def _interrupted(
-    results: list[ToolResult], previous: ConversationEntry | None
+    results: list[msg.ToolResult], previous: ConversationEntry | None
 ) -> ConversationEntry:
     # Stamped with the previous message's time, so every read builds an equal message (a
     # save compares the loaded messages with a fresh read).
@@ -255,7 +249,7 @@ def real_entry_id(entry_id: str | None) -> str | None:
 
 
 def messages_to_entries(
-    messages: Sequence[Message], *, synthesize: bool = True
+    messages: Sequence[msg.Message], *, synthesize: bool = True
 ) -> list[ConversationEntry]:
     """Regroup a window's rows into entries (the rows of one entry form its message).
 
@@ -266,13 +260,13 @@ def messages_to_entries(
     response (a paused run may still be waiting on those calls); results for calls this
     adapter did not write are skipped like their calls.
     """
-    pending: list[_Building | list[ToolResult]] = []
+    pending: list[_Building | list[msg.ToolResult]] = []
     called: set[str] = set()
     """Call ids of this adapter's responses: only those get a synthetic return."""
     for message in messages:
         data = message.metadata.get(PYDANTIC_AI_KEY)
         if isinstance(data, dict):
-            if isinstance(message, AiMessage):
+            if isinstance(message, msg.AiMessage):
                 called.update(call.id for call in message.tool_requests)
             parts = {index: part for index, part in data["parts"]}
             earlier = next(
@@ -289,7 +283,7 @@ def messages_to_entries(
                 pending.append(_Building(data["entry"], data["parent"], data["message"], parts))
         elif (
             synthesize
-            and isinstance(message, ToolResult)
+            and isinstance(message, msg.ToolResult)
             and message.id in called
             and (is_synthetic(message) or REPAIR_MARK in message.metadata)
         ):

@@ -102,6 +102,7 @@ with needs_extra(__name__, "openai-agents"):
     from agents.items import TResponseInputItem
     from agents.memory import SessionABC, SessionSettings
 
+import memstore.messages as msg
 from memstore.adapters._batch import OPAQUE_MARK, opaque
 from memstore.adapters._history import Store, StoreAccess
 from memstore.core.inputs import (
@@ -115,14 +116,6 @@ from memstore.core.reasoning import RESPONSES_ITEM_IDS_KEY, responses_item_part
 from memstore.core.summary import is_summary, summary_info, window_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import InvalidInputError, InvalidMessageError
-from memstore.messages import (
-    AiMessage,
-    Message,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
-)
 
 AGENTS_KEY = "openai_agents_item"
 """The ``metadata`` key holding the item exactly as it was added."""
@@ -341,16 +334,16 @@ def _reasoning_start(items: list[TResponseInputItem], start: int) -> tuple[int, 
     return (reasoning[0] if reasoning else start), first > 0
 
 
-def _shrink(message: Message) -> Message | Literal[False] | None:
+def _shrink(message: msg.Message) -> msg.Message | Literal[False] | None:
     """What a pop leaves of the newest row: ``None`` deletes it, a message replaces it, and
     ``False`` skips it (another adapter's opaque row: not an item of this session)."""
     items = message_to_items(message)
     if not items:
         return False
-    if len(items) == 1 or not isinstance(message, AiMessage):
+    if len(items) == 1 or not isinstance(message, msg.AiMessage):
         return None
     if len(message.tool_requests) == 1 and message.text is not None:
-        return AiMessage(text=message.text, metadata=message.metadata)
+        return msg.AiMessage(text=message.text, metadata=message.metadata)
     return message.model_copy(update={"tool_requests": message.tool_requests[:-1]})
 
 
@@ -388,7 +381,7 @@ def _item_json(item: object) -> dict[str, Any]:
     return copy
 
 
-def item_to_message(item: TResponseInputItem) -> Message:
+def item_to_message(item: TResponseInputItem) -> msg.Message:
     """The canonical row of one item (the item itself in ``metadata``).
 
     A ``function_call`` item's ``id`` goes to ``metadata["openai_item_ids"]``; the reasoning
@@ -406,42 +399,42 @@ def item_to_message(item: TResponseInputItem) -> Message:
             item_id = data.get("id")
             if isinstance(item_id, str) and item_id:
                 metadata[RESPONSES_ITEM_IDS_KEY] = {call_id: item_id}
-            request = ToolRequest(id=call_id, name=name, arguments=arguments)
-            return AiMessage(text=None, tool_requests=[request], metadata=metadata)
+            request = msg.ToolRequest(id=call_id, name=name, arguments=arguments)
+            return msg.AiMessage(text=None, tool_requests=[request], metadata=metadata)
     elif kind == "function_call_output" and isinstance(call_id, str) and call_id:
         output = data.get("output")
         text = output if isinstance(output, str) else _content_text(output)
         # tool_name "" is filled in from the call (in the batch or stored) before writing.
-        return ToolResult(id=call_id, tool_name="", text=text, metadata=metadata)
+        return msg.ToolResult(id=call_id, tool_name="", text=text, metadata=metadata)
     elif kind in (None, "message"):
         role = data.get("role")
         text = _content_text(data.get("content"))
         if role == "user":
-            return UserMessage(text=text, metadata=metadata)
+            return msg.UserMessage(text=text, metadata=metadata)
         if role == "assistant":
-            return AiMessage(text=text, metadata=metadata)
+            return msg.AiMessage(text=text, metadata=metadata)
         if role in ("system", "developer"):
-            return SystemMessage(text=text, metadata=metadata)
+            return msg.SystemMessage(text=text, metadata=metadata)
     return opaque(metadata)
 
 
-def _is_call_row(message: Message) -> bool:
+def _is_call_row(message: msg.Message) -> bool:
     """A row :func:`item_to_message` made of a ``function_call`` item."""
     item = message.metadata.get(AGENTS_KEY)
     return (
-        isinstance(message, AiMessage)
+        isinstance(message, msg.AiMessage)
         and bool(message.tool_requests)
         and isinstance(item, Mapping)
         and item.get("type") == "function_call"
     )
 
 
-def _is_reasoning_row(message: Message) -> bool:
+def _is_reasoning_row(message: msg.Message) -> bool:
     item = message.metadata.get(AGENTS_KEY)
     return isinstance(item, Mapping) and item.get("type") == "reasoning"
 
 
-def _starts_with_call(batch: list[Message]) -> bool:
+def _starts_with_call(batch: list[msg.Message]) -> bool:
     """Whether the batch's first item other than reasoning is a ``function_call``: reasoning
     items stored before the batch then belong to that call."""
     for message in batch:
@@ -451,21 +444,21 @@ def _starts_with_call(batch: list[Message]) -> bool:
 
 
 def _tie_reasoning(
-    batch: list[Message], earlier: list[dict[str, Any]] | None = None
-) -> list[Message]:
+    batch: list[msg.Message], earlier: list[dict[str, Any]] | None = None
+) -> list[msg.Message]:
     """``batch`` with each ``function_call`` row carrying the ``reasoning`` items right before
     it as reasoning parts (only reasoning items in between; ``earlier``: the reasoning items
     stored at the end of the session, before the batch). A run with an item that does not
     convert gives no parts at all."""
     pending: list[Mapping[str, Any]] = list(earlier or ())
-    out: list[Message] = []
+    out: list[msg.Message] = []
     for message in batch:
         if _is_reasoning_row(message):
             pending.append(message.metadata[AGENTS_KEY])
-        elif isinstance(message, AiMessage) and _is_call_row(message):
+        elif isinstance(message, msg.AiMessage) and _is_call_row(message):
             parts = [responses_item_part(item) for item in pending]
             if parts and all(part is not None for part in parts):
-                message = AiMessage(
+                message = msg.AiMessage(
                     text=message.text,
                     tool_requests=message.tool_requests,
                     reasoning=parts,
@@ -481,7 +474,7 @@ def _tie_reasoning(
 # -- canonical -> items ----------------------------------------------------------------------------
 
 
-def message_to_items(message: Message) -> list[TResponseInputItem]:
+def message_to_items(message: msg.Message) -> list[TResponseInputItem]:
     """The items of one row: the stored item, or a foreign row's conversion (maybe none)."""
     item = message.metadata.get(AGENTS_KEY)
     if isinstance(item, dict):
@@ -489,11 +482,11 @@ def message_to_items(message: Message) -> list[TResponseInputItem]:
     if message.metadata.get(OPAQUE_MARK):
         return []
     out: list[dict[str, Any]] = []
-    if isinstance(message, UserMessage):
+    if isinstance(message, msg.UserMessage):
         out.append({"role": "user", "content": message.text})
-    elif isinstance(message, SystemMessage):
+    elif isinstance(message, msg.SystemMessage):
         out.append({"role": "system", "content": message.text})
-    elif isinstance(message, ToolResult):
+    elif isinstance(message, msg.ToolResult):
         out.append({"type": "function_call_output", "call_id": message.id, "output": message.text})
     else:
         if message.text is not None and (message.text or not message.tool_requests):

@@ -4,17 +4,14 @@ Pure and offline: :func:`validate` answers with the problems OpenAI Chat Complet
 Anthropic Messages would reject the list for (once converted to that provider's format), so
 tests and the loader can prove a window is sendable without calling an API.
 
->>> from memstore.messages import AiMessage, ToolRequest, ToolResult, UserMessage
->>> history = [
-...     UserMessage(text="Create a.txt"),
-...     AiMessage(text=None, tool_requests=[
-...         ToolRequest(id="call_1", name="write_file", arguments='{"path": "a.txt"}')]),
-...     ToolResult(id="call_1", tool_name="write_file", text="ok"),
-... ]
->>> validate(history, "openai")
+>>> from memstore.messages import ToolResult, UserMessage
+>>> cut = [UserMessage(text="hi"), ToolResult(id="call_9", tool_name="search", text="ok")]
+>>> [(v.index, v.code) for v in validate(cut, "openai")]
+[(1, 'orphan_result')]
+>>> [v.code for v in validate(cut[1:], "anthropic")]
+['wrong_first_role', 'orphan_result']
+>>> validate(cut[:1], "anthropic")
 []
->>> [v.code for v in validate(history[1:], "anthropic")]
-['wrong_first_role']
 
 Rules checked (codes of :class:`Violation`):
 

@@ -61,6 +61,36 @@ def string(provider: str, index: int, value: object, what: str) -> str:
     return value
 
 
+def tool_request(
+    provider: str,
+    index: int,
+    call: Mapping[str, Any],
+    where: str,
+    *,
+    id_key: str = "id",
+    named: tuple[Mapping[str, Any], str] | None = None,
+) -> ToolRequest:
+    """The canonical request of a provider's tool call object ``call`` (at path ``where``,
+    ``""`` for the message itself): its id under ``id_key``, its ``name`` and ``arguments`` in
+    ``call`` or in the object ``named`` gives with its path (OpenAI's ``function``); each must
+    be a string, else the error names its path."""
+    fields, fields_where = named if named is not None else (call, where)
+    return build(
+        provider,
+        index,
+        ToolRequest,
+        id=string(provider, index, call.get(id_key), _path(where, id_key)),
+        name=string(provider, index, fields.get("name"), _path(fields_where, "name")),
+        arguments=string(
+            provider, index, fields.get("arguments"), _path(fields_where, "arguments")
+        ),
+    )
+
+
+def _path(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
 def dumps_arguments(value: Mapping[str, Any]) -> str:
     """The canonical text of parsed tool arguments: ``json.dumps`` defaults, unicode kept."""
     return json.dumps(value, ensure_ascii=False, allow_nan=False)

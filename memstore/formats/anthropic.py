@@ -92,6 +92,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+import memstore.messages as msg
 from memstore.core.reasoning import placed, placed_before
 from memstore.core.strict_json import loads_strict
 from memstore.formats._common import (
@@ -106,15 +107,6 @@ from memstore.formats._common import (
     reasoning_to_send,
     string,
     text_parts,
-)
-from memstore.messages import (
-    AiMessage,
-    Message,
-    Reasoning,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
 )
 
 PROVIDER = "anthropic"
@@ -143,7 +135,7 @@ class AnthropicRequest(NamedTuple):
 
 
 def to_anthropic(
-    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+    messages: Iterable[msg.Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
 ) -> AnthropicRequest:
     """Convert canonical messages (or their dict form) to Anthropic's ``system`` + ``messages``.
 
@@ -158,11 +150,11 @@ def to_anthropic(
     converted = canonical(messages, PROVIDER)
     thoughts = reasoning_to_send(converted, PROVIDER, reasoning)
     for index, message in enumerate(converted):
-        if isinstance(message, SystemMessage):
+        if isinstance(message, msg.SystemMessage):
             system.append(message.text)
-        elif isinstance(message, UserMessage):
+        elif isinstance(message, msg.UserMessage):
             turns.append({"role": "user", "content": [{"type": "text", "text": message.text}]})
-        elif isinstance(message, ToolResult):
+        elif isinstance(message, msg.ToolResult):
             block = {
                 "type": "tool_result",
                 "tool_use_id": message.id,
@@ -189,13 +181,13 @@ def to_anthropic(
     return AnthropicRequest(SYSTEM_SEPARATOR.join(system) if system else None, merge_turns(turns))
 
 
-def _thinking_block(part: Reasoning) -> dict[str, Any]:
+def _thinking_block(part: msg.Reasoning) -> dict[str, Any]:
     if part.kind == "redacted_thinking":
         return {"type": "redacted_thinking", "data": part.signature or ""}
     return {"type": "thinking", "thinking": part.text or "", "signature": part.signature or ""}
 
 
-def _input(index: int, call: ToolRequest) -> dict[str, Any]:
+def _input(index: int, call: msg.ToolRequest) -> dict[str, Any]:
     try:
         value = loads_strict(call.arguments)
     except ValueError:
@@ -275,20 +267,20 @@ def merge_turns(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def from_anthropic(
     messages: Iterable[Mapping[str, Any]], system: str | list[Any] | None = None
-) -> list[Message]:
+) -> list[msg.Message]:
     """Convert an Anthropic ``messages`` list (and its ``system`` parameter) to canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="anthropic"``, ``index``
     the offending turn, ``-1`` for a malformed ``system``).
     """
-    out: list[Message] = []
+    out: list[msg.Message] = []
     if system is not None:
         texts = (
             [system]
             if isinstance(system, str)
             else text_parts(PROVIDER, -1, system, "system", extra_keys=_DROPPED_BLOCK_KEYS)
         )
-        out.extend(build(PROVIDER, -1, SystemMessage, text=text) for text in texts)
+        out.extend(build(PROVIDER, -1, msg.SystemMessage, text=text) for text in texts)
     names = ToolNames()
     for index, raw in enumerate(messages):
         turn = mapping(PROVIDER, index, raw, "turn")
@@ -322,14 +314,14 @@ def _block(index: int, position: int, raw: object) -> tuple[str, Mapping[str, An
     return kind, block
 
 
-def _user(index: int, content: list[Any], names: ToolNames) -> list[Message]:
-    out: list[Message] = []
+def _user(index: int, content: list[Any], names: ToolNames) -> list[msg.Message]:
+    out: list[msg.Message] = []
     for position, raw in enumerate(content):
         kind, block = _block(index, position, raw)
         where = f"content[{position}]"
         if kind == "text":
             text = string(PROVIDER, index, block.get("text"), f"{where}.text")
-            out.append(build(PROVIDER, index, UserMessage, text=text))
+            out.append(build(PROVIDER, index, msg.UserMessage, text=text))
         elif kind == "tool_result":
             call_id = string(PROVIDER, index, block.get("tool_use_id"), f"{where}.tool_use_id")
             result = block.get("content")
@@ -351,7 +343,7 @@ def _user(index: int, content: list[Any], names: ToolNames) -> list[Message]:
                 build(
                     PROVIDER,
                     index,
-                    ToolResult,
+                    msg.ToolResult,
                     id=call_id,
                     tool_name=names.name(call_id),
                     text=text,
@@ -363,14 +355,14 @@ def _user(index: int, content: list[Any], names: ToolNames) -> list[Message]:
     return out
 
 
-def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
+def _assistant(index: int, content: list[Any]) -> list[msg.AiMessage]:
     # Each text block opens a message; tool_use blocks join the open one (or open a textless
     # one). Thinking blocks go with the block after them: at the head of the message a text
     # block opens, or placed right before a tool_use block that joins the open message
     # (``before_call``), so the order of the turn's blocks comes back (thinking at the end of
     # a turn joins the last message).
-    pieces: list[tuple[str | None, list[ToolRequest], list[Reasoning]]] = []
-    thinking: list[Reasoning] = []
+    pieces: list[tuple[str | None, list[msg.ToolRequest], list[msg.Reasoning]]] = []
+    thinking: list[msg.Reasoning] = []
     for position, raw in enumerate(content):
         kind, block = _block(index, position, raw)
         where = f"content[{position}]"
@@ -389,7 +381,7 @@ def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
             request = build(
                 PROVIDER,
                 index,
-                ToolRequest,
+                msg.ToolRequest,
                 id=string(PROVIDER, index, block.get("id"), f"{where}.id"),
                 name=string(PROVIDER, index, block.get("name"), f"{where}.name"),
                 arguments=raw_arguments,
@@ -409,19 +401,19 @@ def _assistant(index: int, content: list[Any]) -> list[AiMessage]:
             raise fail(PROVIDER, index, "an assistant turn of thinking only has no reply")
         pieces[-1][2].extend(thinking)
     return [
-        build(PROVIDER, index, AiMessage, text=text, tool_requests=requests, reasoning=parts)
+        build(PROVIDER, index, msg.AiMessage, text=text, tool_requests=requests, reasoning=parts)
         for text, requests, parts in pieces
     ]
 
 
-def _reasoning(index: int, kind: str, block: Mapping[str, Any], where: str) -> Reasoning:
+def _reasoning(index: int, kind: str, block: Mapping[str, Any], where: str) -> msg.Reasoning:
     if kind == "redacted_thinking":
         data = string(PROVIDER, index, block.get("data"), f"{where}.data")
-        return build(PROVIDER, index, Reasoning, provider=PROVIDER, kind=kind, signature=data)
+        return build(PROVIDER, index, msg.Reasoning, provider=PROVIDER, kind=kind, signature=data)
     return build(
         PROVIDER,
         index,
-        Reasoning,
+        msg.Reasoning,
         provider=PROVIDER,
         kind=kind,
         text=string(PROVIDER, index, block.get("thinking"), f"{where}.thinking"),

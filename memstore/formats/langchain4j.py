@@ -5,18 +5,18 @@ memory as ``ChatMessageSerializer.messagesToJson(messages)`` and reads it back w
 ``ChatMessageDeserializer.messagesFromJson(json)``. This module reads and writes that JSON, so
 the Java service and a Python service can share one memory.
 
->>> from memstore.messages import AiMessage, ToolRequest, ToolResult, UserMessage
->>> history = [
-...     UserMessage(text="Create a.txt"),
-...     AiMessage(text=None, tool_requests=[
-...         ToolRequest(id="call_1", name="write_file", arguments='{"path": "a.txt"}')]),
-...     ToolResult(id="call_1", tool_name="write_file", text="ok"),
-... ]
->>> print(to_langchain4j_json(history[:1]))
-[{"contents":[{"text":"Create a.txt","type":"TEXT"}],"type":"USER"}]
->>> to_langchain4j(history)[2]
-{'id': 'call_1', 'toolName': 'write_file', 'text': 'ok', 'type': 'TOOL_EXECUTION_RESULT'}
->>> from_langchain4j(to_langchain4j_json(history)) == history
+>>> stored = (  # what the Java service's ChatMemoryStore holds for one memory
+...     '[{"contents":[{"text":"List the files","type":"TEXT"}],"type":"USER"},'
+...     '{"toolExecutionRequests":[{"id":"call_1","name":"list_files","arguments":"{}"}],'
+...     '"type":"AI"},'
+...     '{"id":"call_1","toolName":"list_files","text":"a.txt","type":"TOOL_EXECUTION_RESULT"}]'
+... )
+>>> history = from_langchain4j(stored)
+>>> history[2].id, history[2].tool_name, history[2].text
+('call_1', 'list_files', 'a.txt')
+>>> to_langchain4j(history)[1]["toolExecutionRequests"]
+[{'id': 'call_1', 'name': 'list_files', 'arguments': '{}'}]
+>>> to_langchain4j_json(history) == stored
 True
 
 The JSON, one object per message (field names as LangChain4j's Jackson codec writes them):
@@ -63,6 +63,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import memstore.messages as msg
 from memstore.core.strict_json import loads_strict
 from memstore.formats._common import (
     PARTICIPANT_NAME_KEY,
@@ -72,14 +73,7 @@ from memstore.formats._common import (
     fail,
     mapping,
     string,
-)
-from memstore.messages import (
-    AiMessage,
-    Message,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
+    tool_request,
 )
 
 PROVIDER = "langchain4j"
@@ -90,17 +84,17 @@ __all__ = ["THINKING_KEY", "from_langchain4j", "to_langchain4j", "to_langchain4j
 
 
 def to_langchain4j(
-    messages: Iterable[Message | Mapping[str, Any]], *, legacy: bool = False
+    messages: Iterable[msg.Message | Mapping[str, Any]], *, legacy: bool = False
 ) -> list[dict[str, Any]]:
     """Convert canonical messages to LangChain4j's serialized form, as parsed JSON dicts."""
     out: list[dict[str, Any]] = []
     for index, message in enumerate(canonical(messages, PROVIDER)):
         entry: dict[str, Any]
-        if isinstance(message, SystemMessage):
+        if isinstance(message, msg.SystemMessage):
             out.append({"text": message.text, "type": "SYSTEM"})
             continue
         attributes = dict(message.metadata)
-        if isinstance(message, UserMessage):
+        if isinstance(message, msg.UserMessage):
             entry = {}
             name = attributes.get(PARTICIPANT_NAME_KEY)
             if isinstance(name, str):
@@ -108,7 +102,7 @@ def to_langchain4j(
                 del attributes[PARTICIPANT_NAME_KEY]
             entry["contents"] = [{"text": message.text, "type": "TEXT"}]
             kind = "USER"
-        elif isinstance(message, AiMessage):
+        elif isinstance(message, msg.AiMessage):
             entry = {}
             if message.text is not None:
                 entry["text"] = message.text
@@ -136,7 +130,7 @@ def to_langchain4j(
 
 
 def to_langchain4j_json(
-    messages: Iterable[Message | Mapping[str, Any]], *, legacy: bool = False
+    messages: Iterable[msg.Message | Mapping[str, Any]], *, legacy: bool = False
 ) -> str:
     """The JSON text ``ChatMessageSerializer.messagesToJson`` would write for ``messages``."""
     return json.dumps(
@@ -155,7 +149,7 @@ def _json_copy(index: int, attributes: dict[str, Any]) -> dict[str, Any]:
     return copy
 
 
-def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> list[Message]:
+def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> list[msg.Message]:
     """Read LangChain4j's serialized messages (JSON text or parsed list) as canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="langchain4j"``,
@@ -170,7 +164,7 @@ def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> 
         return []
     if not isinstance(data, Sequence) or isinstance(data, (str, bytes, bytearray)):
         raise fail(PROVIDER, -1, f"expected a JSON list of messages, got {type(data).__name__}")
-    out: list[Message] = []
+    out: list[msg.Message] = []
     allowed: tuple[str, ...]
     for index, raw in enumerate(data):
         entry = mapping(PROVIDER, index, raw, "message")
@@ -178,14 +172,14 @@ def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> 
         if kind == "SYSTEM":
             check_keys(PROVIDER, index, entry, ("text", "type"), "SYSTEM message")
             text = string(PROVIDER, index, entry.get("text"), "text")
-            out.append(build(PROVIDER, index, SystemMessage, text=text))
+            out.append(build(PROVIDER, index, msg.SystemMessage, text=text))
         elif kind == "USER":
             allowed = ("name", "contents", "text", "attributes", "type")
             check_keys(PROVIDER, index, entry, allowed, "USER message")
             metadata = _attributes(index, entry)
             _own_field(index, entry, "name", metadata, PARTICIPANT_NAME_KEY)
             text = _text(index, entry)
-            out.append(build(PROVIDER, index, UserMessage, text=text, metadata=metadata))
+            out.append(build(PROVIDER, index, msg.UserMessage, text=text, metadata=metadata))
         elif kind == "AI":
             allowed = ("text", "thinking", "toolExecutionRequests", "attributes", "type")
             check_keys(PROVIDER, index, entry, allowed, "AI message")
@@ -197,7 +191,7 @@ def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> 
                 build(
                     PROVIDER,
                     index,
-                    AiMessage,
+                    msg.AiMessage,
                     text=ai_text,
                     tool_requests=_requests(index, entry.get("toolExecutionRequests")),
                     metadata=metadata,
@@ -214,7 +208,7 @@ def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> 
                 build(
                     PROVIDER,
                     index,
-                    ToolResult,
+                    msg.ToolResult,
                     id=string(PROVIDER, index, entry.get("id"), "id"),
                     tool_name=""
                     if tool_name is None
@@ -274,24 +268,15 @@ def _own_field(
     metadata[key] = string(PROVIDER, index, value, field)
 
 
-def _requests(index: int, raw: object) -> list[ToolRequest]:
+def _requests(index: int, raw: object) -> list[msg.ToolRequest]:
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise fail(PROVIDER, index, "toolExecutionRequests must be a list")
-    requests: list[ToolRequest] = []
+    requests: list[msg.ToolRequest] = []
     for position, item in enumerate(raw):
         where = f"toolExecutionRequests[{position}]"
         call = mapping(PROVIDER, index, item, where)
         check_keys(PROVIDER, index, call, ("id", "name", "arguments"), where)
-        requests.append(
-            build(
-                PROVIDER,
-                index,
-                ToolRequest,
-                id=string(PROVIDER, index, call.get("id"), f"{where}.id"),
-                name=string(PROVIDER, index, call.get("name"), f"{where}.name"),
-                arguments=string(PROVIDER, index, call.get("arguments"), f"{where}.arguments"),
-            )
-        )
+        requests.append(tool_request(PROVIDER, index, call, where))
     return requests

@@ -1,19 +1,18 @@
 """Canonical messages <-> OpenAI Chat Completions ``messages``.
 
 ```pycon
->>> from memstore.messages import AiMessage, ToolRequest, ToolResult, UserMessage
->>> history = [
-...     UserMessage(text="Create a.txt"),
-...     AiMessage(text=None, tool_requests=[
-...         ToolRequest(id="call_1", name="write_file", arguments='{"path": "a.txt"}')]),
-...     ToolResult(id="call_1", tool_name="write_file", text="ok"),
+>>> wire = [  # as sent to client.chat.completions.create(messages=...)
+...     {"role": "user", "content": "Create a.txt"},
+...     {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+...         "function": {"name": "write_file", "arguments": '{"path": "a.txt"}'}}]},
+...     {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
 ... ]
->>> wire = to_openai(history)
->>> wire[1]["tool_calls"][0]["function"]
-{'name': 'write_file', 'arguments': '{"path": "a.txt"}'}
->>> wire[2]
-{'role': 'tool', 'tool_call_id': 'call_1', 'content': 'ok'}
->>> from_openai(wire) == history
+>>> history = from_openai(wire)
+>>> [type(message).__name__ for message in history]
+['UserMessage', 'AiMessage', 'ToolResult']
+>>> history[1].tool_requests[0].arguments
+'{"path": "a.txt"}'
+>>> to_openai(history) == wire
 True
 
 ```
@@ -62,6 +61,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import memstore.messages as msg
 from memstore.core.reasoning import REASONING_CONTENT
 from memstore.formats._common import (
     PARTICIPANT_NAME_KEY,
@@ -75,15 +75,7 @@ from memstore.formats._common import (
     reasoning_to_send,
     string,
     text_parts,
-)
-from memstore.messages import (
-    AiMessage,
-    Message,
-    Reasoning,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
+    tool_request,
 )
 
 PROVIDER = "openai"
@@ -95,7 +87,7 @@ _RESPONSE_ONLY_KEYS = ("refusal", "audio", "function_call", "annotations")
 
 
 def to_openai(
-    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+    messages: Iterable[msg.Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
 ) -> list[dict[str, Any]]:
     """Convert canonical messages (or their dict form) to Chat Completions message dicts.
 
@@ -107,13 +99,13 @@ def to_openai(
     converted = canonical(messages, PROVIDER)
     thoughts = reasoning_to_send(converted, PROVIDER, reasoning)
     for index, message in enumerate(converted):
-        if isinstance(message, ToolResult):
+        if isinstance(message, msg.ToolResult):
             out.append({"role": "tool", "tool_call_id": message.id, "content": message.text})
             continue
         entry: dict[str, Any]
-        if isinstance(message, SystemMessage):
+        if isinstance(message, msg.SystemMessage):
             entry = {"role": "system", "content": message.text}
-        elif isinstance(message, UserMessage):
+        elif isinstance(message, msg.UserMessage):
             entry = {"role": "user", "content": message.text}
         else:
             entry = {"role": "assistant", "content": message.text}
@@ -136,13 +128,13 @@ def to_openai(
     return out
 
 
-def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[msg.Message]:
     """Convert Chat Completions message dicts to canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="openai"``, ``index``
     the offending message) for anything the canonical model cannot hold.
     """
-    out: list[Message] = []
+    out: list[msg.Message] = []
     names = ToolNames()
     for index, raw in enumerate(messages):
         entry = mapping(PROVIDER, index, raw, "message")
@@ -152,9 +144,9 @@ def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
             text = _content(index, entry)
             metadata = _metadata(index, entry)
             out.append(
-                build(PROVIDER, index, UserMessage, text=text, metadata=metadata)
+                build(PROVIDER, index, msg.UserMessage, text=text, metadata=metadata)
                 if role == "user"
-                else build(PROVIDER, index, SystemMessage, text=text, metadata=metadata)
+                else build(PROVIDER, index, msg.SystemMessage, text=text, metadata=metadata)
             )
         elif role == "assistant":
             reply = _assistant(index, entry)
@@ -171,7 +163,7 @@ def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
             )
             text = _content(index, entry)
             out.append(
-                build(PROVIDER, index, ToolResult, id=call_id, tool_name=tool_name, text=text)
+                build(PROVIDER, index, msg.ToolResult, id=call_id, tool_name=tool_name, text=text)
             )
         else:
             raise fail(
@@ -183,7 +175,7 @@ def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
     return out
 
 
-def _assistant(index: int, entry: Mapping[str, Any]) -> AiMessage:
+def _assistant(index: int, entry: Mapping[str, Any]) -> msg.AiMessage:
     allowed = ("role", "content", "name", "tool_calls", REASONING_CONTENT, *_RESPONSE_ONLY_KEYS)
     check_keys(PROVIDER, index, entry, allowed, "assistant message")
     for key in _RESPONSE_ONLY_KEYS:
@@ -197,13 +189,13 @@ def _assistant(index: int, entry: Mapping[str, Any]) -> AiMessage:
         raise fail(PROVIDER, index, "tool_calls must be a list")
     requests = [_request(index, position, call) for position, call in enumerate(calls)]
     thought = entry.get(REASONING_CONTENT)
-    parts: list[Reasoning] = []
+    parts: list[msg.Reasoning] = []
     if thought not in (None, ""):
         parts.append(
             build(
                 PROVIDER,
                 index,
-                Reasoning,
+                msg.Reasoning,
                 provider=PROVIDER,
                 kind=REASONING_CONTENT,
                 text=string(PROVIDER, index, thought, REASONING_CONTENT),
@@ -212,7 +204,7 @@ def _assistant(index: int, entry: Mapping[str, Any]) -> AiMessage:
     return build(
         PROVIDER,
         index,
-        AiMessage,
+        msg.AiMessage,
         text=text,
         tool_requests=requests,
         reasoning=parts,
@@ -220,7 +212,7 @@ def _assistant(index: int, entry: Mapping[str, Any]) -> AiMessage:
     )
 
 
-def _request(index: int, position: int, raw: object) -> ToolRequest:
+def _request(index: int, position: int, raw: object) -> msg.ToolRequest:
     where = f"tool_calls[{position}]"
     call = mapping(PROVIDER, index, raw, where)
     check_keys(PROVIDER, index, call, ("id", "type", "function"), where)
@@ -228,14 +220,7 @@ def _request(index: int, position: int, raw: object) -> ToolRequest:
         raise fail(PROVIDER, index, f"{where} has type {call.get('type')!r}; expected 'function'")
     function = mapping(PROVIDER, index, call.get("function"), f"{where}.function")
     check_keys(PROVIDER, index, function, ("name", "arguments"), f"{where}.function")
-    return build(
-        PROVIDER,
-        index,
-        ToolRequest,
-        id=string(PROVIDER, index, call.get("id"), f"{where}.id"),
-        name=string(PROVIDER, index, function.get("name"), f"{where}.function.name"),
-        arguments=string(PROVIDER, index, function.get("arguments"), f"{where}.function.arguments"),
-    )
+    return tool_request(PROVIDER, index, call, where, named=(function, f"{where}.function"))
 
 
 def _content(index: int, entry: Mapping[str, Any]) -> str:

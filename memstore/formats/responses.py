@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import memstore.messages as msg
 from memstore.core.metadata import thaw
 from memstore.core.reasoning import (
     OPENAI,
@@ -72,15 +73,7 @@ from memstore.formats._common import (
     reasoning_to_send,
     string,
     text_parts,
-)
-from memstore.messages import (
-    AiMessage,
-    Message,
-    Reasoning,
-    SystemMessage,
-    ToolRequest,
-    ToolResult,
-    UserMessage,
+    tool_request,
 )
 
 PROVIDER = OPENAI
@@ -93,7 +86,7 @@ __all__ = ["ITEM_IDS_KEY", "REASONING", "from_responses", "to_responses"]
 
 
 def to_responses(
-    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+    messages: Iterable[msg.Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
 ) -> list[dict[str, Any]]:
     """Convert canonical messages (or their dict form) to Responses ``input`` items.
 
@@ -105,11 +98,11 @@ def to_responses(
     thoughts = reasoning_to_send(converted, PROVIDER, reasoning)
     items: list[dict[str, Any]] = []
     for index, message in enumerate(converted):
-        if isinstance(message, SystemMessage):
+        if isinstance(message, msg.SystemMessage):
             items.append({"role": "system", "content": message.text})
-        elif isinstance(message, UserMessage):
+        elif isinstance(message, msg.UserMessage):
             items.append({"role": "user", "content": message.text})
-        elif isinstance(message, ToolResult):
+        elif isinstance(message, msg.ToolResult):
             items.append(
                 {"type": "function_call_output", "call_id": message.id, "output": message.text}
             )
@@ -135,7 +128,7 @@ def to_responses(
     return items
 
 
-def _reasoning_item(part: Reasoning) -> dict[str, Any]:
+def _reasoning_item(part: msg.Reasoning) -> dict[str, Any]:
     item: dict[str, Any] = {"type": "reasoning", "id": part.id or ""}
     item.update(thaw(part.extra))
     item.setdefault("summary", [])
@@ -144,17 +137,17 @@ def _reasoning_item(part: Reasoning) -> dict[str, Any]:
     return item
 
 
-def from_responses(items: Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_responses(items: Iterable[Mapping[str, Any]]) -> list[msg.Message]:
     """Convert Responses ``input`` (or ``output``) items to canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="openai"``, ``index``
     the offending item) for anything the canonical model cannot hold: an unknown item type or
     role, image and file parts, a reasoning item with no reply after or before it.
     """
-    out: list[Message] = []
+    out: list[msg.Message] = []
     names = ToolNames()
     reply: _Reply | None = None
-    pending: list[Reasoning] = []
+    pending: list[msg.Reasoning] = []
 
     def close() -> None:
         nonlocal reply
@@ -200,24 +193,24 @@ def from_responses(items: Iterable[Mapping[str, Any]]) -> list[Message]:
 class _Reply:
     """An AI message being read: its text, calls, reasoning and call item ids."""
 
-    def __init__(self, index: int, text: str | None, reasoning: list[Reasoning]) -> None:
+    def __init__(self, index: int, text: str | None, reasoning: list[msg.Reasoning]) -> None:
         self.index = index
         self.text = text
-        self.requests: list[ToolRequest] = []
+        self.requests: list[msg.ToolRequest] = []
         self.reasoning = reasoning
         self.item_ids: dict[str, str] = {}
 
-    def add(self, request: ToolRequest, item_id: str | None) -> None:
+    def add(self, request: msg.ToolRequest, item_id: str | None) -> None:
         self.requests.append(request)
         if item_id is not None:
             self.item_ids[request.id] = item_id
 
-    def build(self) -> AiMessage:
+    def build(self) -> msg.AiMessage:
         metadata = {ITEM_IDS_KEY: self.item_ids} if self.item_ids else {}
         return build(
             PROVIDER,
             self.index,
-            AiMessage,
+            msg.AiMessage,
             text=self.text,
             tool_requests=self.requests,
             reasoning=self.reasoning,
@@ -225,7 +218,7 @@ class _Reply:
         )
 
 
-def _reasoning(index: int, item: Mapping[str, Any]) -> Reasoning:
+def _reasoning(index: int, item: Mapping[str, Any]) -> msg.Reasoning:
     signature = item.get("encrypted_content")
     summary = item.get("summary")
     texts: list[str] = []
@@ -244,18 +237,11 @@ def _reasoning(index: int, item: Mapping[str, Any]) -> Reasoning:
     )
 
 
-def _call(index: int, item: Mapping[str, Any]) -> tuple[ToolRequest, str | None]:
+def _call(index: int, item: Mapping[str, Any]) -> tuple[msg.ToolRequest, str | None]:
     check_keys(
         PROVIDER, index, item, ("type", "call_id", "name", "arguments", "id", "status"), "item"
     )
-    request = build(
-        PROVIDER,
-        index,
-        ToolRequest,
-        id=string(PROVIDER, index, item.get("call_id"), "call_id"),
-        name=string(PROVIDER, index, item.get("name"), "name"),
-        arguments=string(PROVIDER, index, item.get("arguments"), "arguments"),
-    )
+    request = tool_request(PROVIDER, index, item, "", id_key="call_id")
     item_id = item.get("id")
     return request, None if item_id is None else string(PROVIDER, index, item_id, "id")
 
@@ -287,7 +273,7 @@ def _assistant_text(index: int, item: Mapping[str, Any]) -> str:
     return "".join(texts)
 
 
-def _other(index: int, kind: object, item: Mapping[str, Any], names: ToolNames) -> Message:
+def _other(index: int, kind: object, item: Mapping[str, Any], names: ToolNames) -> msg.Message:
     if kind == "function_call_output":
         check_keys(PROVIDER, index, item, ("type", "call_id", "output", "id", "status"), "item")
         call_id = string(PROVIDER, index, item.get("call_id"), "call_id")
@@ -298,7 +284,7 @@ def _other(index: int, kind: object, item: Mapping[str, Any], names: ToolNames) 
             else "".join(text_parts(PROVIDER, index, output, "output", text_type="input_text"))
         )
         return build(
-            PROVIDER, index, ToolResult, id=call_id, tool_name=names.name(call_id), text=text
+            PROVIDER, index, msg.ToolResult, id=call_id, tool_name=names.name(call_id), text=text
         )
     if kind != "message":
         raise fail(PROVIDER, index, f"item type {kind!r} cannot be converted")
@@ -311,7 +297,7 @@ def _other(index: int, kind: object, item: Mapping[str, Any], names: ToolNames) 
         else "".join(text_parts(PROVIDER, index, content, "content", text_type="input_text"))
     )
     if role == "user":
-        return build(PROVIDER, index, UserMessage, text=text)
+        return build(PROVIDER, index, msg.UserMessage, text=text)
     if role in ("system", "developer"):
-        return build(PROVIDER, index, SystemMessage, text=text)
+        return build(PROVIDER, index, msg.SystemMessage, text=text)
     raise fail(PROVIDER, index, f"unknown role {role!r}")

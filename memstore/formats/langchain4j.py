@@ -5,6 +5,7 @@ memory as ``ChatMessageSerializer.messagesToJson(messages)`` and reads it back w
 ``ChatMessageDeserializer.messagesFromJson(json)``. This module reads and writes that JSON, so
 the Java service and a Python service can share one memory.
 
+```pycon
 >>> stored = (  # what the Java service's ChatMemoryStore holds for one memory
 ...     '[{"contents":[{"text":"List the files","type":"TEXT"}],"type":"USER"},'
 ...     '{"toolExecutionRequests":[{"id":"call_1","name":"list_files","arguments":"{}"}],'
@@ -18,6 +19,8 @@ the Java service and a Python service can share one memory.
 [{'id': 'call_1', 'name': 'list_files', 'arguments': '{}'}]
 >>> to_langchain4j_json(history) == stored
 True
+
+```
 
 The JSON, one object per message (field names as LangChain4j's Jackson codec writes them):
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
@@ -290,37 +290,35 @@ def seal_display(cipher: RowCipher, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _history_row(
-    row_id: int, app_id: str, user_id: str | None, now: Any, own: Mapping[str, Any]
+def original_row(
+    row_id: int, app_id: str, user_id: str | None, message: Message, now: Any
 ) -> dict[str, Any]:
-    """The full column dict of a new row of either history table: the columns both tables
-    share around the table's ``own`` ones (in the tables' column order)."""
+    """The full column dict of one original-history row."""
     return {
         "id": row_id,
         "app_id": app_id,
         "user_id": user_id,
-        **own,
+        "message_type": message_type(message),
+        "tool_call_id": message.id if isinstance(message, ToolResult) else None,
+        "payload": encode_payload(message),
         "created_at": now,
         "updated_at": now,
         "is_deleted": False,
     }
 
 
-def original_row(
-    row_id: int, app_id: str, user_id: str | None, message: Message, now: Any
-) -> dict[str, Any]:
-    """The full column dict of one original-history row."""
-    own = {
-        "message_type": message_type(message),
-        "tool_call_id": message.id if isinstance(message, ToolResult) else None,
-        "payload": encode_payload(message),
-    }
-    return _history_row(row_id, app_id, user_id, now, own)
-
-
 def display_row(
     row_id: int, app_id: str, user_id: str | None, draft: DisplayDraft, now: Any
 ) -> dict[str, Any]:
     """The full column dict of one display-history row."""
-    own = {"role": draft.role, "content": draft.content, "status": draft.status}
-    return _history_row(row_id, app_id, user_id, now, own)
+    return {
+        "id": row_id,
+        "app_id": app_id,
+        "user_id": user_id,
+        "role": draft.role,
+        "content": draft.content,
+        "status": draft.status,
+        "created_at": now,
+        "updated_at": now,
+        "is_deleted": False,
+    }

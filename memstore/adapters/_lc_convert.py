@@ -30,6 +30,7 @@ import memstore.messages as msg
 from memstore.adapters._batch import OPAQUE_MARK, opaque
 from memstore.adapters._lc_reasoning import reasoning_of
 from memstore.errors import InvalidMessageError
+from memstore.messages import Message
 
 LANGCHAIN_KEY = "langchain_message"
 """The ``metadata`` key holding the message as langchain's ``message_to_dict`` gives it."""
@@ -109,7 +110,7 @@ def _requests(message: AIMessage) -> list[msg.ToolRequest]:
     return requests
 
 
-def to_canonical(message: BaseMessage) -> msg.Message:
+def to_canonical(message: BaseMessage) -> Message:
     """The canonical row of a LangChain message (the message itself in ``metadata``)."""
     if not isinstance(message, BaseMessage):
         raise InvalidMessageError(f"expected a langchain BaseMessage, got {type(message).__name__}")
@@ -150,7 +151,7 @@ def to_canonical(message: BaseMessage) -> msg.Message:
     return opaque(metadata)
 
 
-def record_to_canonical(record: dict[str, Any]) -> msg.Message:
+def record_to_canonical(record: dict[str, Any]) -> Message:
     """The canonical row of a message stored as langchain's ``message_to_dict`` JSON (as
     ``SQLChatMessageHistory`` keeps it). Raises what ``messages_from_dict`` raises for a
     record langchain cannot read (``KeyError``, ``TypeError``, ``ValueError``)."""
@@ -160,7 +161,7 @@ def record_to_canonical(record: dict[str, Any]) -> msg.Message:
 # -- canonical -> LangChain ------------------------------------------------------------------------
 
 
-def _foreign_metadata(message: msg.Message) -> dict[str, Any]:
+def _foreign_metadata(message: Message) -> dict[str, Any]:
     return {FOREIGN_KEY: dict(message.metadata)} if message.metadata else {}
 
 
@@ -191,7 +192,7 @@ def _ai_message(message: msg.AiMessage) -> AIMessage:
     )
 
 
-def from_canonical(message: msg.Message) -> BaseMessage | None:
+def from_canonical(message: Message) -> BaseMessage | None:
     """The LangChain message of a row; ``None`` for another adapter's opaque row."""
     record = message.metadata.get(LANGCHAIN_KEY)
     if isinstance(record, dict):
@@ -213,7 +214,7 @@ def from_canonical(message: msg.Message) -> BaseMessage | None:
     return _ai_message(message)
 
 
-def from_rows(messages: Iterable[msg.Message]) -> list[BaseMessage]:
+def from_rows(messages: Iterable[Message]) -> list[BaseMessage]:
     out: list[BaseMessage] = []
     for message in messages:
         converted = from_canonical(message)
@@ -222,13 +223,13 @@ def from_rows(messages: Iterable[msg.Message]) -> list[BaseMessage]:
     return out
 
 
-def is_orphan_result(message: msg.Message, converted: BaseMessage) -> bool:
+def is_orphan_result(message: Message, converted: BaseMessage) -> bool:
     """A tool result stored opaquely because its call was never stored: in a window it would
     reach the model as a tool result without its call, which the providers refuse."""
     return isinstance(converted, ToolMessage) and bool(message.metadata.get(OPAQUE_MARK))
 
 
-def window_rows(window: Iterable[msg.Message]) -> list[BaseMessage]:
+def window_rows(window: Iterable[Message]) -> list[BaseMessage]:
     """The LangChain messages of an edge-checked window: opaque orphan results left out."""
     out: list[BaseMessage] = []
     for message in window:

@@ -48,6 +48,7 @@ from memstore.core.reasoning import (
     thinking_part,
 )
 from memstore.core.window import is_synthetic
+from memstore.messages import Message
 
 PYDANTIC_AI_KEY = "pydantic_ai"
 """The ``metadata`` key holding a row's pydantic-ai parts and its message's other fields."""
@@ -153,9 +154,7 @@ def _reasoning(message: ModelResponse, calls: list[msg.ToolRequest]) -> list[msg
     return out
 
 
-def _response_row(
-    message: ModelResponse, meta: Callable[[list[int]], dict[str, Any]]
-) -> msg.Message:
+def _response_row(message: ModelResponse, meta: Callable[[list[int]], dict[str, Any]]) -> Message:
     texts = [part.content for part in message.parts if isinstance(part, TextPart)]
     calls = distinct_requests(
         msg.ToolRequest(id=part.tool_call_id, name=part.tool_name, arguments=_arguments(part))
@@ -171,7 +170,7 @@ def _response_row(
     return opaque(every)
 
 
-def _request_row(part: object, metadata: dict[str, Any]) -> msg.Message:
+def _request_row(part: object, metadata: dict[str, Any]) -> Message:
     if isinstance(part, ToolReturnPart):
         return msg.ToolResult(
             id=part.tool_call_id,
@@ -195,7 +194,7 @@ def _request_row(part: object, metadata: dict[str, Any]) -> msg.Message:
     return opaque(metadata)
 
 
-def entry_to_messages(entry: ConversationEntry) -> list[msg.Message]:
+def entry_to_messages(entry: ConversationEntry) -> list[Message]:
     """The canonical rows of one entry, each carrying its parts in ``metadata``."""
     data = _MESSAGE.dump_python(entry.message, mode="json")
     parts: list[Any] = data.pop("parts")
@@ -249,7 +248,7 @@ def real_entry_id(entry_id: str | None) -> str | None:
 
 
 def messages_to_entries(
-    messages: Sequence[msg.Message], *, synthesize: bool = True
+    messages: Sequence[Message], *, synthesize: bool = True
 ) -> list[ConversationEntry]:
     """Regroup a window's rows into entries (the rows of one entry form its message).
 

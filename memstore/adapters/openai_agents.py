@@ -116,6 +116,7 @@ from memstore.core.reasoning import RESPONSES_ITEM_IDS_KEY, responses_item_part
 from memstore.core.summary import is_summary, summary_info, window_summary
 from memstore.core.window import StoredMessage
 from memstore.errors import InvalidInputError, InvalidMessageError
+from memstore.messages import Message
 
 AGENTS_KEY = "openai_agents_item"
 """The ``metadata`` key holding the item exactly as it was added."""
@@ -334,7 +335,7 @@ def _reasoning_start(items: list[TResponseInputItem], start: int) -> tuple[int, 
     return (reasoning[0] if reasoning else start), first > 0
 
 
-def _shrink(message: msg.Message) -> msg.Message | Literal[False] | None:
+def _shrink(message: Message) -> Message | Literal[False] | None:
     """What a pop leaves of the newest row: ``None`` deletes it, a message replaces it, and
     ``False`` skips it (another adapter's opaque row: not an item of this session)."""
     items = message_to_items(message)
@@ -381,7 +382,7 @@ def _item_json(item: object) -> dict[str, Any]:
     return copy
 
 
-def item_to_message(item: TResponseInputItem) -> msg.Message:
+def item_to_message(item: TResponseInputItem) -> Message:
     """The canonical row of one item (the item itself in ``metadata``).
 
     A ``function_call`` item's ``id`` goes to ``metadata["openai_item_ids"]``; the reasoning
@@ -418,7 +419,7 @@ def item_to_message(item: TResponseInputItem) -> msg.Message:
     return opaque(metadata)
 
 
-def _is_call_row(message: msg.Message) -> bool:
+def _is_call_row(message: Message) -> bool:
     """A row :func:`item_to_message` made of a ``function_call`` item."""
     item = message.metadata.get(AGENTS_KEY)
     return (
@@ -429,12 +430,12 @@ def _is_call_row(message: msg.Message) -> bool:
     )
 
 
-def _is_reasoning_row(message: msg.Message) -> bool:
+def _is_reasoning_row(message: Message) -> bool:
     item = message.metadata.get(AGENTS_KEY)
     return isinstance(item, Mapping) and item.get("type") == "reasoning"
 
 
-def _starts_with_call(batch: list[msg.Message]) -> bool:
+def _starts_with_call(batch: list[Message]) -> bool:
     """Whether the batch's first item other than reasoning is a ``function_call``: reasoning
     items stored before the batch then belong to that call."""
     for message in batch:
@@ -444,14 +445,14 @@ def _starts_with_call(batch: list[msg.Message]) -> bool:
 
 
 def _tie_reasoning(
-    batch: list[msg.Message], earlier: list[dict[str, Any]] | None = None
-) -> list[msg.Message]:
+    batch: list[Message], earlier: list[dict[str, Any]] | None = None
+) -> list[Message]:
     """``batch`` with each ``function_call`` row carrying the ``reasoning`` items right before
     it as reasoning parts (only reasoning items in between; ``earlier``: the reasoning items
     stored at the end of the session, before the batch). A run with an item that does not
     convert gives no parts at all."""
     pending: list[Mapping[str, Any]] = list(earlier or ())
-    out: list[msg.Message] = []
+    out: list[Message] = []
     for message in batch:
         if _is_reasoning_row(message):
             pending.append(message.metadata[AGENTS_KEY])
@@ -474,7 +475,7 @@ def _tie_reasoning(
 # -- canonical -> items ----------------------------------------------------------------------------
 
 
-def message_to_items(message: msg.Message) -> list[TResponseInputItem]:
+def message_to_items(message: Message) -> list[TResponseInputItem]:
     """The items of one row: the stored item, or a foreign row's conversion (maybe none)."""
     item = message.metadata.get(AGENTS_KEY)
     if isinstance(item, dict):

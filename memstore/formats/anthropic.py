@@ -108,6 +108,7 @@ from memstore.formats._common import (
     string,
     text_parts,
 )
+from memstore.messages import Message
 
 PROVIDER = "anthropic"
 SYSTEM_SEPARATOR = "\n\n"
@@ -135,7 +136,7 @@ class AnthropicRequest(NamedTuple):
 
 
 def to_anthropic(
-    messages: Iterable[msg.Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
 ) -> AnthropicRequest:
     """Convert canonical messages (or their dict form) to Anthropic's ``system`` + ``messages``.
 
@@ -267,13 +268,13 @@ def merge_turns(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def from_anthropic(
     messages: Iterable[Mapping[str, Any]], system: str | list[Any] | None = None
-) -> list[msg.Message]:
+) -> list[Message]:
     """Convert an Anthropic ``messages`` list (and its ``system`` parameter) to canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="anthropic"``, ``index``
     the offending turn, ``-1`` for a malformed ``system``).
     """
-    out: list[msg.Message] = []
+    out: list[Message] = []
     if system is not None:
         texts = (
             [system]
@@ -314,8 +315,8 @@ def _block(index: int, position: int, raw: object) -> tuple[str, Mapping[str, An
     return kind, block
 
 
-def _user(index: int, content: list[Any], names: ToolNames) -> list[msg.Message]:
-    out: list[msg.Message] = []
+def _user(index: int, content: list[Any], names: ToolNames) -> list[Message]:
+    out: list[Message] = []
     for position, raw in enumerate(content):
         kind, block = _block(index, position, raw)
         where = f"content[{position}]"

@@ -78,6 +78,7 @@ from memstore.formats._common import (
     string,
     tool_request,
 )
+from memstore.messages import Message
 
 PROVIDER = "langchain4j"
 THINKING_KEY = "thinking"
@@ -87,7 +88,7 @@ __all__ = ["THINKING_KEY", "from_langchain4j", "to_langchain4j", "to_langchain4j
 
 
 def to_langchain4j(
-    messages: Iterable[msg.Message | Mapping[str, Any]], *, legacy: bool = False
+    messages: Iterable[Message | Mapping[str, Any]], *, legacy: bool = False
 ) -> list[dict[str, Any]]:
     """Convert canonical messages to LangChain4j's serialized form, as parsed JSON dicts."""
     out: list[dict[str, Any]] = []
@@ -133,7 +134,7 @@ def to_langchain4j(
 
 
 def to_langchain4j_json(
-    messages: Iterable[msg.Message | Mapping[str, Any]], *, legacy: bool = False
+    messages: Iterable[Message | Mapping[str, Any]], *, legacy: bool = False
 ) -> str:
     """The JSON text ``ChatMessageSerializer.messagesToJson`` would write for ``messages``."""
     return json.dumps(
@@ -152,7 +153,7 @@ def _json_copy(index: int, attributes: dict[str, Any]) -> dict[str, Any]:
     return copy
 
 
-def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> list[msg.Message]:
+def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> list[Message]:
     """Read LangChain4j's serialized messages (JSON text or parsed list) as canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="langchain4j"``,
@@ -167,7 +168,7 @@ def from_langchain4j(data: str | bytes | Sequence[Mapping[str, Any]] | None) -> 
         return []
     if not isinstance(data, Sequence) or isinstance(data, (str, bytes, bytearray)):
         raise fail(PROVIDER, -1, f"expected a JSON list of messages, got {type(data).__name__}")
-    out: list[msg.Message] = []
+    out: list[Message] = []
     allowed: tuple[str, ...]
     for index, raw in enumerate(data):
         entry = mapping(PROVIDER, index, raw, "message")

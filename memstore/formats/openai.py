@@ -77,6 +77,7 @@ from memstore.formats._common import (
     text_parts,
     tool_request,
 )
+from memstore.messages import Message
 
 PROVIDER = "openai"
 
@@ -87,7 +88,7 @@ _RESPONSE_ONLY_KEYS = ("refusal", "audio", "function_call", "annotations")
 
 
 def to_openai(
-    messages: Iterable[msg.Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
 ) -> list[dict[str, Any]]:
     """Convert canonical messages (or their dict form) to Chat Completions message dicts.
 
@@ -128,13 +129,13 @@ def to_openai(
     return out
 
 
-def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[msg.Message]:
+def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
     """Convert Chat Completions message dicts to canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="openai"``, ``index``
     the offending message) for anything the canonical model cannot hold.
     """
-    out: list[msg.Message] = []
+    out: list[Message] = []
     names = ToolNames()
     for index, raw in enumerate(messages):
         entry = mapping(PROVIDER, index, raw, "message")

@@ -75,6 +75,7 @@ from memstore.formats._common import (
     text_parts,
     tool_request,
 )
+from memstore.messages import Message
 
 PROVIDER = OPENAI
 REASONING = RESPONSES_REASONING
@@ -86,7 +87,7 @@ __all__ = ["ITEM_IDS_KEY", "REASONING", "from_responses", "to_responses"]
 
 
 def to_responses(
-    messages: Iterable[msg.Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
+    messages: Iterable[Message | Mapping[str, Any]], *, reasoning: ReasoningScope = "all"
 ) -> list[dict[str, Any]]:
     """Convert canonical messages (or their dict form) to Responses ``input`` items.
 
@@ -137,14 +138,14 @@ def _reasoning_item(part: msg.Reasoning) -> dict[str, Any]:
     return item
 
 
-def from_responses(items: Iterable[Mapping[str, Any]]) -> list[msg.Message]:
+def from_responses(items: Iterable[Mapping[str, Any]]) -> list[Message]:
     """Convert Responses ``input`` (or ``output``) items to canonical messages.
 
     Raises :class:`~memstore.errors.FormatConversionError` (``provider="openai"``, ``index``
     the offending item) for anything the canonical model cannot hold: an unknown item type or
     role, image and file parts, a reasoning item with no reply after or before it.
     """
-    out: list[msg.Message] = []
+    out: list[Message] = []
     names = ToolNames()
     reply: _Reply | None = None
     pending: list[msg.Reasoning] = []
@@ -273,7 +274,7 @@ def _assistant_text(index: int, item: Mapping[str, Any]) -> str:
     return "".join(texts)
 
 
-def _other(index: int, kind: object, item: Mapping[str, Any], names: ToolNames) -> msg.Message:
+def _other(index: int, kind: object, item: Mapping[str, Any], names: ToolNames) -> Message:
     if kind == "function_call_output":
         check_keys(PROVIDER, index, item, ("type", "call_id", "output", "id", "status"), "item")
         call_id = string(PROVIDER, index, item.get("call_id"), "call_id")

@@ -185,14 +185,17 @@ _STATEMENTS: dict[tuple[str, str, str], DirectStatements] = {}
 def direct_statements(engine: Engine) -> DirectStatements | None:
     """The compiled statements when ``engine`` can take the direct write, else ``None``:
     sqlite3, aiosqlite or psycopg, an upsert that returns the generation, and nobody
-    listening to its statements."""
+    listening to its statements or transactions."""
     dialect = engine.dialect
     if dialect.driver not in SQLITE_DRIVERS + PSYCOPG_DRIVERS:
         return None
     if dialect.driver in SQLITE_DRIVERS and sqlite3.sqlite_version_info < (3, 35):
         return None  # no RETURNING (the driver links the same library as the sqlite3 module)
-    if engine.echo or engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute:
+    events = engine.dispatch
+    if engine.echo or events.before_cursor_execute or events.after_cursor_execute:
         return None
+    if events.begin or events.commit or events.rollback:
+        return None  # the direct write ends its transaction on the driver connection
     key = (dialect.name, dialect.driver, dialect.paramstyle)
     cached = _STATEMENTS.get(key)
     if cached is None:

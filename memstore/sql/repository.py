@@ -16,7 +16,7 @@ from memstore.core.row_memo import NO_MEMO, RowMemo
 from memstore.core.rows import FetchedRows
 from memstore.reports import DisplayEntry
 from memstore.sql import generation
-from memstore.sql.direct import DirectArgs, direct_statements, run_direct
+from memstore.sql.direct import DirectArgs, direct_statements, direct_write_retrying
 from memstore.sql.engine import (
     dbapi_retrying,
     read_options,
@@ -186,7 +186,7 @@ class SqlHistory:
         with translated_errors("writing history"):
             if direct is not None:
                 args = DirectArgs(direct, app_id, plan, issue_ids, self.cipher, chain, reads_first)
-                return write_retrying(self.engine, lambda conn: run_direct(conn, args), written_ids)
+                return direct_write_retrying(self.engine, args)
             return write_retrying(
                 self.engine,
                 lambda conn: insert_plan(conn, app_id, plan, issue_ids, self.cipher, chain),

@@ -135,6 +135,55 @@ def test_sqlite_and_psycopg_take_the_direct_path_unless_statements_are_listened_
     assert seen.count("INSERT") >= 3
 
 
+@pytest.mark.parametrize("engine", DIRECT, indirect=True)
+def test_transaction_listeners_see_every_append_through_sqlalchemy(own_engine: Engine) -> None:
+    """The direct write ends its transaction on the driver connection, so an engine whose
+    ``commit`` someone listens to (auditing, instrumentation) writes through SQLAlchemy."""
+    assert direct_statements(own_engine) is not None
+    commits: list[bool] = []
+
+    @event.listens_for(own_engine, "commit")
+    def _commit(_conn: Any) -> None:
+        commits.append(True)
+
+    assert direct_statements(own_engine) is None
+    store = store_on(own_engine)
+    try:
+        store.append(app(), [UserMessage(text="audited")])
+    finally:
+        store.close()
+    assert commits
+
+
+@pytest.mark.parametrize("engine", DIRECT, indirect=True)
+def test_a_refused_direct_write_leaves_its_pooled_connection_without_a_transaction(
+    engine: Engine,
+) -> None:
+    """A check that refuses the write (an unrequested result id) rolls it back itself before
+    the connection goes back to the pool, even a pool that does not roll back at check-in:
+    the next write on that connection commits, nothing is left behind."""
+    one = sa.create_engine(engine.url, pool_size=1, max_overflow=0, pool_reset_on_return=None)
+    store = store_on(one)
+    app_id = app()
+    try:
+        assert direct_statements(one) is not None
+        with pytest.raises(UnknownToolCallError):
+            store.append(app_id, [ToolResult(id="never-requested", tool_name="t", text="x")])
+        with one.connect() as conn:
+            driver_conn: Any = conn.connection.driver_connection
+            in_transaction = (
+                driver_conn.in_transaction
+                if one.dialect.name == "sqlite"
+                else driver_conn.info.transaction_status != 0  # psycopg: 0 is IDLE
+            )
+            assert not in_transaction
+        store.append(app_id, [UserMessage(text="after")])
+        assert count(engine, app_id) == (1, 1)
+    finally:
+        store.close()
+        one.dispose()
+
+
 @pytest.mark.parametrize("engine", DATABASES, indirect=True)
 def test_the_async_engines_of_sqlite_and_psycopg_take_it_too(engine: Engine) -> None:
     async def main() -> bool:

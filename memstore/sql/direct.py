@@ -165,9 +165,10 @@ def _write_on(driver_conn: Any, args: DirectArgs) -> Written:
 
 
 def _end(driver_conn: Any, commit: bool) -> None:
-    """``COMMIT`` or ``ROLLBACK`` on the driver connection (awaited on psycopg's async one)."""
+    """``COMMIT`` or ``ROLLBACK`` on the driver connection (awaited on psycopg's async one;
+    sqlite3 is asked first, so SQLite never imports psycopg)."""
     end = driver_conn.commit if commit else driver_conn.rollback
-    if _is_async_psycopg(driver_conn):
+    if not isinstance(driver_conn, sqlite3.Connection) and _is_async_psycopg(driver_conn):
         await_only(end())
     else:
         end()
@@ -210,6 +211,9 @@ def direct_write_retrying(engine: Engine, args: DirectArgs) -> Written:
                 raised = wrapped(error, driver_conn, engine.dialect)
                 if raised.connection_invalidated:
                     pooled.invalidate(error)
+                else:  # a refused COMMIT (SQLite busy) can leave the transaction open
+                    with suppress(Exception):
+                        _end(driver_conn, commit=False)
                 issued = written_ids(result)
                 raise commit_failed(engine.dialect.name, raised, issued) from error
             return result

@@ -103,8 +103,16 @@ class SnowflakeGenerator:
         ids: list[int] = []
         with self._lock:
             now = self._current_ms()  # once: the ids of one call are issued at one instant
-            for _ in range(count):
-                snowflake, now = self._next_locked(floor, now)
+            snowflake, now = self._next_locked(floor, now)
+            ids.append(snowflake)
+            for _ in range(count - 1):
+                if snowflake & MAX_SEQUENCE < MAX_SEQUENCE:
+                    # the next sequence number of the same millisecond and worker id: what
+                    # _next_locked gives above an id of its own, without its checks per id
+                    snowflake += 1
+                    self._last_id = snowflake
+                else:
+                    snowflake, now = self._next_locked(floor, now)
                 ids.append(snowflake)
         return ids
 

@@ -4,6 +4,7 @@ table's insert with its rows' values through the columns' bind processors."""
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ class _Insert:
 
     def __init__(self, table: sa.Table, dialect: Dialect) -> None:
         self.names = tuple(column.name for column in table.columns)
+        self._columns = operator.itemgetter(*self.names)
         self.processors = [
             (index, process)
             for index, column in enumerate(table.columns)
@@ -131,19 +133,21 @@ class _Insert:
         one)."""
         if not rows:
             return None
-        names = self.names
-        memo: dict[tuple[int, Any], Any] = {}  # a write's rows share app, user, timestamps
+        columns = self._columns
+        # a write's rows share one app, user and instant: the very objects, processed once
+        raw: dict[int, Any] = {}
+        done: dict[int, Any] = {}
         out: list[Any] = []
         for row in rows:
-            values = [row[name] for name in names]
+            values = list(columns(row))
             for index, process in self.processors:
                 value = values[index]
-                if value is not None:
-                    key = (index, value)
-                    processed = memo.get(key, memo)
-                    if processed is memo:
-                        processed = memo[key] = process(value)
-                    values[index] = processed
+                if value is None:
+                    continue
+                if raw.get(index, raw) is not value:
+                    raw[index] = value
+                    done[index] = process(value)
+                values[index] = done[index]
             out.append(values)
         if not self.columnar:
             return self.sql, [tuple(values) for values in out]

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from memstore.core.id_order import compose_id
 from memstore.errors import ClockMovedBackwardsError, ConfigurationError, MemstoreError
 from memstore.ids import (
     EPOCH_MS,
@@ -137,6 +138,38 @@ def test_burst_of_20000_ids_with_real_clock_is_strictly_increasing() -> None:
     assert_strictly_increasing(ids)
     more = [generator.next_id() for _ in range(20_000)]
     assert_strictly_increasing(ids + more)
+
+
+@pytest.mark.parametrize(
+    ("worker_id", "issued_before", "count", "above_offset"),
+    [
+        (7, 0, 20, None),  # a turn's ids in a fresh millisecond
+        (7, MAX_SEQUENCE - 5, 20, None),  # the sequence runs out midway
+        (0, 3, MAX_SEQUENCE + 10, None),  # more than a millisecond holds
+        (7, 0, 20, 3),  # above a newer id of the same worker
+        (MAX_WORKER_ID, 0, 30, 1),  # above another worker's newer id: borrowed millisecond
+        (2, 10, 1, None),
+    ],
+)
+def test_a_batch_of_ids_is_what_one_id_at_a_time_gives(
+    worker_id: int, issued_before: int, count: int, above_offset: int | None
+) -> None:
+    """``next_ids(n)`` takes the next sequence numbers of a millisecond without the per-id
+    checks; it must give exactly the ids that ``n`` single calls give on the same clock."""
+    batch, batch_clock = fake_generator(worker_id)
+    single, single_clock = fake_generator(worker_id)
+    for generator in (batch, single):
+        generator.next_ids(issued_before)
+    above = None
+    if above_offset is not None:  # a stored id ahead of the clock, of another writer
+        other = (worker_id + 1) % (MAX_WORKER_ID + 1) if worker_id < MAX_WORKER_ID else 0
+        above = compose_id(T0 + above_offset, other, 9)
+    ids = batch.next_ids(count, above=above)
+    one_by_one = [single.next_ids(1, above=above)[0] for _ in range(count)]
+    assert ids == one_by_one
+    assert_strictly_increasing(ids)
+    assert batch_clock() == single_clock()
+    assert batch.next_id() == single.next_id()  # and both carry on from the same place
 
 
 def test_burst_of_20000_ids_overflows_the_sequence_within_one_millisecond() -> None:

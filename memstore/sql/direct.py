@@ -41,7 +41,7 @@ So only engines without statement or transaction listeners take this path
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +174,21 @@ def _end(driver_conn: Any, commit: bool) -> None:
         end()
 
 
+def _runs_again(
+    raised: DBAPIError,
+    error: BaseException,
+    invalidate: Callable[[BaseException], Any],
+    attempt: int,
+) -> bool:
+    """Whether a write that failed with ``raised`` (the wrapped driver ``error``) runs once
+    more: only when the error left its connection dead (invalidated here, so the pool drops
+    it) on the first attempt; nothing was written, the transaction died with it."""
+    if not raised.connection_invalidated:
+        return False
+    invalidate(error)
+    return attempt == 1
+
+
 def direct_write_retrying(engine: Engine, args: DirectArgs) -> Written:
     """The direct write in its own transaction on a pooled driver connection, by the rules of
     :func:`memstore.sql.engine.write_retrying`: once more on a fresh connection when a
@@ -200,10 +215,8 @@ def direct_write_retrying(engine: Engine, args: DirectArgs) -> Written:
                 if not isinstance(error, errors):
                     raise
                 raised = wrapped(error, driver_conn, engine.dialect)
-                if raised.connection_invalidated:
-                    pooled.invalidate(error)
-                    if attempt == 1:
-                        continue
+                if _runs_again(raised, error, pooled.invalidate, attempt):
+                    continue
                 raise raised from error
             try:
                 _end(driver_conn, commit=True)
@@ -262,10 +275,8 @@ async def aiosqlite_write(engine: AsyncEngine, args: DirectArgs) -> Written:
                     return result
                 except sqlite3.Error as error:
                     raised = wrapped(error, target, conn.dialect)
-                    if raised.connection_invalidated:
-                        conn.invalidate(error)
-                        if attempt == 1:
-                            continue
+                    if _runs_again(raised, error, conn.invalidate, attempt):
+                        continue
                     raise raised from error
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -265,8 +265,9 @@ async def aiosqlite_write(engine: AsyncEngine, args: DirectArgs) -> Written:
 
     def work() -> Written:
         for attempt in (1, 2):
-            with engine.sync_engine.connect() as conn:
-                driver_conn: Any = conn.connection.driver_connection
+            pooled = engine.sync_engine.raw_connection()  # as direct_write_retrying does
+            try:
+                driver_conn: Any = pooled.driver_connection
                 target = aiosqlite_sqlite3(driver_conn)
                 run = aiosqlite_on_thread(driver_conn)
                 assert run is not None  # runs_on_aiosqlite(engine) holds
@@ -274,10 +275,12 @@ async def aiosqlite_write(engine: AsyncEngine, args: DirectArgs) -> Written:
                     result: Written = await_only(run(sqlite_write, args, commit=True))
                     return result
                 except sqlite3.Error as error:
-                    raised = wrapped(error, target, conn.dialect)
-                    if _runs_again(raised, error, conn.invalidate, attempt):
+                    raised = wrapped(error, target, engine.dialect)
+                    if _runs_again(raised, error, pooled.invalidate, attempt):
                         continue
                     raise raised from error
+            finally:
+                pooled.close()
         raise AssertionError("unreachable")  # pragma: no cover
 
     return await greenlet_spawn(work)

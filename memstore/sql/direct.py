@@ -41,11 +41,11 @@ So only engines without statement or transaction listeners take this path
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util import await_only, greenlet_spawn
 
@@ -87,9 +87,7 @@ __all__ = [
     "arun_direct_retrying",
     "direct_statements",
     "direct_write_retrying",
-    "driver_errors",
     "psycopg_write",
-    "run_direct",
     "runs_on_aiosqlite",
     "sqlite_write",
     "wrapped",
@@ -130,28 +128,6 @@ def wrapped(error: Exception, driver_conn: Any, dialect: Dialect) -> DBAPIError:
     )
     assert isinstance(wrapped_error, DBAPIError)  # ``error`` is one of the driver's
     return wrapped_error
-
-
-@contextmanager
-def driver_errors(conn: Connection, driver_conn: Any) -> Iterator[None]:
-    """Re-raise the driver's errors as :func:`wrapped` ones; invalidate a dead connection."""
-    try:
-        yield
-    except _driver_error_class(driver_conn) as error:
-        raised = wrapped(error, driver_conn, conn.dialect)
-        if raised.connection_invalidated:
-            conn.invalidate(error)
-        raise raised from error
-
-
-def run_direct(conn: Connection, args: DirectArgs) -> Written:
-    """The direct write on a SQLAlchemy connection in a transaction (the caller commits).
-
-    On an async engine's connection this runs in SQLAlchemy's greenlet and awaits psycopg's
-    ``AsyncConnection`` from there."""
-    driver_conn = conn.connection.driver_connection
-    with driver_errors(conn, driver_conn):
-        return _write_on(driver_conn, args)
 
 
 def _write_on(driver_conn: Any, args: DirectArgs) -> Written:
@@ -199,7 +175,7 @@ def direct_write_retrying(engine: Engine, args: DirectArgs) -> Written:
 
     The connection comes straight from the pool (its checkout and check-in events run, a
     stale one is pinged and replaced as usual) without SQLAlchemy's ``Connection`` and
-    ``Transaction`` around it: their bookkeeping was 3-7 % of a turn (PostgreSQL, SQLite),
+    ``Transaction`` around it: their bookkeeping was 1-7 % of a turn (PostgreSQL, SQLite),
     and the write already decides every statement itself. On an async engine call it in
     SQLAlchemy's greenlet (:func:`arun_direct_retrying`)."""
     for attempt in (1, 2):

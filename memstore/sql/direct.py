@@ -141,10 +141,9 @@ def _write_on(driver_conn: Any, args: DirectArgs) -> Written:
 
 
 def _end(driver_conn: Any, commit: bool) -> None:
-    """``COMMIT`` or ``ROLLBACK`` on the driver connection (awaited on psycopg's async one;
-    sqlite3 is asked first, so SQLite never imports psycopg)."""
+    """``COMMIT`` or ``ROLLBACK`` on the driver connection (awaited on psycopg's async one)."""
     end = driver_conn.commit if commit else driver_conn.rollback
-    if not isinstance(driver_conn, sqlite3.Connection) and _is_async_psycopg(driver_conn):
+    if _is_async_psycopg(driver_conn):
         await_only(end())
     else:
         end()
@@ -212,6 +211,10 @@ def direct_write_retrying(engine: Engine, args: DirectArgs) -> Written:
 
 
 def _is_async_psycopg(driver_conn: Any) -> bool:
+    """Whether ``driver_conn`` is psycopg's ``AsyncConnection`` (a sqlite3 connection is
+    answered without importing psycopg, which a core install lacks)."""
+    if isinstance(driver_conn, sqlite3.Connection):
+        return False
     import psycopg
 
     return isinstance(driver_conn, psycopg.AsyncConnection)
